@@ -1,0 +1,106 @@
+"""``build_app()``: the FastAPI app a rendered environment's ``server/app.py`` exposes.
+
+Environment variables (all optional):
+
+- ``HARBOR_OPENENV_TASKS``: the tasks folder (default: ``tasks/`` beside the calling app)
+- ``HARBOR_OPENENV_MAX_SESSIONS``: concurrent WebSocket sessions (default 8)
+- ``HARBOR_OPENENV_SESSION_TIMEOUT_S``: idle seconds before a session is reaped (default 1800)
+- ``HARBOR_OPENENV_EXEC_TIMEOUT_S``: default and cap of one exec (default 300)
+- ``HARBOR_OPENENV_MAX_OUTPUT_BYTES``: exec output kept per call (default 1 MiB)
+- ``HARBOR_OPENENV_ORCHESTRATION_TOKEN``: enables evaluate/solve for callers that send it
+- ``HARBOR_OPENENV_DEFAULT_TASK``: the task a reset without a choice starts
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from pathlib import Path
+
+from fastapi import FastAPI
+from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.types import ConcurrencyConfig
+
+from .environment import HarborEnvironment, Runtime, Settings
+from .models import HarborAction, HarborObservation, HarborState
+
+log = logging.getLogger("harbor_openenv")
+
+
+def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    defaults = Settings()
+
+    def number(name: str, default: float, kind=float):
+        raw = env.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ValueError(f"{name}={raw!r} is not a number") from None
+        if value <= 0:
+            raise ValueError(f"{name}={raw!r} must be greater than 0")
+        return value
+
+    return Settings(
+        exec_timeout_s=number("HARBOR_OPENENV_EXEC_TIMEOUT_S", defaults.exec_timeout_s),
+        max_output_bytes=number("HARBOR_OPENENV_MAX_OUTPUT_BYTES", defaults.max_output_bytes, int),
+        orchestration_token=env.get("HARBOR_OPENENV_ORCHESTRATION_TOKEN") or None,
+        default_task=env.get("HARBOR_OPENENV_DEFAULT_TASK") or None,
+    )
+
+
+def _default_tasks(caller_file: str | None) -> Path:
+    """``tasks/`` beside the app module or its parent (``server/app.py`` → ``../tasks``)."""
+    if caller_file:
+        here = Path(caller_file).resolve().parent
+        for folder in (here, here.parent):
+            if (folder / "tasks").is_dir():
+                return folder / "tasks"
+    return Path.cwd() / "tasks"
+
+
+def build_app(
+    tasks: str | Path | None = None,
+    *,
+    settings: Settings | None = None,
+    max_sessions: int | None = None,
+    session_timeout_s: float | None = None,
+) -> FastAPI:
+    """Create the OpenEnv app serving the tasks folder; arguments override the environment."""
+    caller = sys._getframe(1).f_globals.get("__file__")
+    root = Path(tasks or os.environ.get("HARBOR_OPENENV_TASKS") or _default_tasks(caller))
+    runtime = Runtime(root, settings or settings_from_env())
+    sessions = max_sessions or int(os.environ.get("HARBOR_OPENENV_MAX_SESSIONS", "8"))
+    idle = session_timeout_s or float(os.environ.get("HARBOR_OPENENV_SESSION_TIMEOUT_S", "1800"))
+    app = create_app(
+        functools.partial(HarborEnvironment, runtime),
+        HarborAction,
+        HarborObservation,
+        env_name="harbor_openenv",
+        # Without a session timeout OpenEnv's idle reaper is off and leaked sessions hold their
+        # slots (and containers) until the server restarts (OpenEnv issue #1000).
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=sessions, session_timeout=idle),
+        state_cls=HarborState,
+    )
+    app.state.runtime = runtime
+
+    def _remove_orphans() -> None:
+        try:
+            removed = runtime.remove_orphans()
+        except Exception as exc:  # the engine may be down; /health still answers
+            log.warning("could not look for containers left by dead servers: %s", exc)
+            return
+        if removed:
+            log.warning("removed %d containers left behind by servers that died", removed)
+
+    def _remove_own() -> None:
+        runtime.shutdown()
+
+    app.router.on_startup.append(_remove_orphans)
+    app.router.on_shutdown.append(_remove_own)
+
+    return app

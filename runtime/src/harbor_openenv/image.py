@@ -1,0 +1,164 @@
+"""Task images: resolve a task to an image reference, pulling or building it at most once.
+
+Registry images (``[metadata.repo2env.reproducibility] mode = "registry"``) are pulled, never built.
+``[environment].docker_image`` is used as is and pulled only when absent, unless it may exist only
+where the task was generated (``local_only`` / ``inline_dockerfile``). Otherwise
+``environment/Dockerfile`` is built and tagged by a content hash of ``environment/``, so identical
+environments build once and the tag survives restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from .dataset import Task
+
+IMAGE_REPOSITORY = "harbor-openenv/task"
+_IGNORED = {".git", ".DS_Store", "__pycache__"}
+_LOG_TAIL = 30
+
+
+class ImageError(Exception):
+    """An image could not be pulled or built; the message says which task and why."""
+
+
+def environment_hash(environment_dir: Path) -> str:
+    """Harbor's content hash of ``environment/``: sorted relative paths, sizes and contents."""
+    digest = hashlib.sha256()
+    files = sorted(
+        path
+        for path in environment_dir.rglob("*")
+        if path.is_file() and not _IGNORED.intersection(path.relative_to(environment_dir).parts)
+    )
+    for path in files:
+        digest.update(path.relative_to(environment_dir).as_posix().encode())
+        digest.update(str(path.stat().st_size).encode())
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
+class ImageResolver:
+    """Turns tasks into local image references; concurrent requests for one image share the work."""
+
+    def __init__(self, client: docker.DockerClient, *, build_network: str | None = None) -> None:
+        self._client = client
+        self._build_network = build_network or os.environ.get("HARBOR_OPENENV_BUILD_NETWORK")
+        self._lock = threading.Lock()
+        self._pending: dict[str, threading.Event] = {}
+        self._failures: dict[str, str] = {}
+
+    def resolve(self, task: Task) -> str:
+        """A local image reference for ``task``, pulled or built if needed."""
+        source = task.image
+        if source is None:
+            raise ImageError(
+                f"{task.id}: the task has no environment/Dockerfile and no image, so there is"
+                " nothing to run it in"
+                + (
+                    "; it is text-only: score it client-side against solution/patch.diff"
+                    if task.kind == "text-only"
+                    else ""
+                )
+            )
+        if source.kind == "dockerfile":
+            tag = f"{IMAGE_REPOSITORY}:{environment_hash(task.path / 'environment')}"
+            return self._once(tag, lambda: self._build(task, tag))
+        ref = source.ref or ""
+        if self._exists(ref):
+            return ref
+        if not source.pullable:
+            raise ImageError(
+                f"{task.id}: image {ref!r} is not on this Docker engine and task.toml marks it"
+                " as local to the machine that generated the task (repo2env reproducibility"
+                " local_only/inline_dockerfile), so it is never pulled; build or load it first"
+            )
+        return self._once(ref, lambda: self._pull(task, ref))
+
+    def _exists(self, ref: str) -> bool:
+        try:
+            self._client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+
+    def _once(self, ref: str, make) -> str:
+        """Run ``make`` for ``ref`` unless the image exists; callers for the same ref wait."""
+        while True:
+            with self._lock:
+                event = self._pending.get(ref)
+                if event is None:
+                    if self._exists(ref):
+                        return ref
+                    event = self._pending[ref] = threading.Event()
+                    self._failures.pop(ref, None)
+                    owner = True
+                else:
+                    owner = False
+            if owner:
+                try:
+                    make()
+                except ImageError as exc:
+                    self._failures[ref] = str(exc)
+                    raise
+                finally:
+                    with self._lock:
+                        del self._pending[ref]
+                    event.set()
+                return ref
+            event.wait()
+            if ref in self._failures:
+                raise ImageError(self._failures[ref])
+
+    def _pull(self, task: Task, ref: str) -> None:
+        try:
+            self._client.images.pull(ref)
+        except docker.errors.APIError as exc:
+            raise ImageError(
+                f"{task.id}: pulling {ref!r} failed: {exc.explanation or exc}"
+            ) from None
+
+    def _build(self, task: Task, tag: str) -> None:
+        timeout = task.config.environment.build_timeout_sec
+        log: deque[str] = deque(maxlen=_LOG_TAIL)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-build")
+        future = pool.submit(self._stream_build, task.path / "environment", tag, log)
+        try:
+            error = future.result(timeout=timeout)
+        except FutureTimeout:
+            # The engine keeps building on its own; the tag is only set when it succeeds.
+            error = f"timed out after {timeout:g} s ([environment].build_timeout_sec)"
+        finally:
+            pool.shutdown(wait=False)
+        if error:
+            tail = "\n".join(log)
+            raise ImageError(f"{task.id}: building environment/Dockerfile failed: {error}\n{tail}")
+
+    def _stream_build(self, context: Path, tag: str, log: deque[str]) -> str | None:
+        try:
+            for chunk in self._client.api.build(
+                path=str(context),
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                network_mode=self._build_network,
+                labels={"harbor-openenv.image": "task"},
+            ):
+                if "stream" in chunk:
+                    log.extend(line for line in chunk["stream"].splitlines() if line.strip())
+                if "error" in chunk:
+                    return chunk["error"].strip()
+        except docker.errors.APIError as exc:
+            return str(exc.explanation or exc)
+        return None

@@ -1,0 +1,49 @@
+"""The wire models: one action type with an ``action_type`` tag, one observation, the state."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field
+
+AGENT_ACTIONS = ("exec", "read", "write", "list")
+ORCHESTRATION_ACTIONS = ("evaluate", "solve")
+
+
+class HarborAction(Action):
+    """exec/read/write/list are the agent's actions; evaluate/solve are the trainer's."""
+
+    action_type: Literal["exec", "read", "write", "list", "evaluate", "solve"] = "exec"
+    command: str | None = Field(default=None, description="exec: a bash command")
+    path: str | None = Field(default=None, description="read/write/list: inside the workdir")
+    content: str | None = Field(default=None, description="write: the file's new content")
+    encoding: Literal["utf-8", "base64"] = Field(
+        default="utf-8", description="write: how content is encoded"
+    )
+    timeout_s: float | None = Field(default=None, gt=0, description="exec: seconds, server-capped")
+    token: str | None = Field(default=None, description="evaluate/solve: the orchestration token")
+
+
+class HarborObservation(Observation):
+    """What an action returned; ``error`` says why it did not do what was asked."""
+
+    action_type: str = "reset"
+    task_id: str | None = None
+    instruction: str | None = None
+    workdir: str | None = None
+    output: str = ""
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    exit_code: int | None = None
+    timed_out: bool = False
+    truncated: bool = False
+    error: str | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class HarborState(State):
+    task_id: str | None = None
+    workdir: str | None = None
+    evaluated: bool = False
+    reward: float | None = None
+    task_count: int = 0

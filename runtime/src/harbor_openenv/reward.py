@@ -1,0 +1,109 @@
+"""The verifier's reward contract: what tests/test.sh leaves in /logs/verifier, read as Harbor does.
+
+``reward.json`` (a flat object of finite numbers) wins over ``reward.txt`` (one number); an invalid
+``reward.json`` does not fall back. A missing, empty or unparsable reward is an error, never 0.0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+VERIFIER_DIR = "/logs/verifier"
+REWARD_JSON = "reward.json"
+REWARD_TXT = "reward.txt"
+REWARD_DETAILS = "reward-details.json"
+REWARD_FILES = (REWARD_JSON, REWARD_TXT, REWARD_DETAILS)
+
+
+@dataclass(frozen=True)
+class Reward:
+    """The scalar reward (None when there is none), every metric, and why it is missing."""
+
+    value: float | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    details: Any = None
+
+
+def parse_reward(files: dict[str, bytes]) -> Reward:
+    """Read the reward from the verifier's output files, keyed by file name."""
+    details = _details(files.get(REWARD_DETAILS))
+    if REWARD_JSON in files:
+        metrics, error = _parse_json(files[REWARD_JSON])
+    elif REWARD_TXT in files:
+        metrics, error = _parse_txt(files[REWARD_TXT])
+    else:
+        metrics, error = (
+            {},
+            (
+                f"the verifier wrote no reward: neither {VERIFIER_DIR}/{REWARD_JSON}"
+                f" nor {VERIFIER_DIR}/{REWARD_TXT} exists"
+            ),
+        )
+    if error:
+        return Reward(None, {}, error, details)
+    value, error = scalar(metrics)
+    return Reward(value, metrics, error, details)
+
+
+def scalar(metrics: dict[str, float]) -> tuple[float | None, str | None]:
+    """The episode reward: the ``reward`` key, else the only key."""
+    if "reward" in metrics:
+        return metrics["reward"], None
+    if len(metrics) == 1:
+        return next(iter(metrics.values())), None
+    return None, (
+        f"{REWARD_JSON} has several metrics ({', '.join(sorted(metrics))}) and no 'reward' key,"
+        " so there is no scalar reward"
+    )
+
+
+def _parse_json(raw: bytes) -> tuple[dict[str, float], str | None]:
+    where = f"{VERIFIER_DIR}/{REWARD_JSON}"
+    if not raw.strip():
+        return {}, f"{where} is empty"
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return {}, f"{where} is not valid JSON: {exc}"
+    if not isinstance(data, dict) or not data:
+        return {}, f"{where} must be a non-empty flat object of numbers, got {_short(data)}"
+    metrics = {}
+    for key, value in data.items():
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            return {}, f"{where}: {key!r} must be a finite number, got {_short(value)}"
+        metrics[key] = float(value)
+    return metrics, None
+
+
+def _parse_txt(raw: bytes) -> tuple[dict[str, float], str | None]:
+    where = f"{VERIFIER_DIR}/{REWARD_TXT}"
+    text = raw.decode("utf-8", errors="replace").strip()
+    if not text:
+        return {}, f"{where} is empty"
+    try:
+        value = float(text)
+    except ValueError:
+        return {}, f"{where} must hold one number, got {_short(text)}"
+    if not math.isfinite(value):
+        return {}, f"{where} must hold a finite number, got {text}"
+    return {"reward": value}, None
+
+
+def _details(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return {"unparsed": raw[:4096].decode("utf-8", errors="replace")}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

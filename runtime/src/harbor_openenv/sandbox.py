@@ -1,0 +1,441 @@
+"""One Docker container per episode: start, exec with timeouts and output caps, files, cleanup.
+
+Containers carry labels naming the runtime and the server process that owns them, so a server can
+remove its own at shutdown and, at startup, the ones a dead server left behind.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import select
+import socket
+import struct
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import docker
+import docker.errors
+
+LABEL = "harbor-openenv"
+LABEL_OWNER = "harbor-openenv.owner"
+LABEL_TASK = "harbor-openenv.task"
+_EXEC_MARK = "HARBOR_OPENENV_EXEC"
+
+
+class SandboxError(Exception):
+    """A container operation failed; the message is meant for the agent or operator."""
+
+
+class PathEscapeError(SandboxError):
+    """An agent path points outside the working directory."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int | None
+    output: str
+    truncated: bool = False
+    timed_out: bool = False
+
+
+def resolve_within(workdir: str, path: str) -> str:
+    """``path`` (relative to ``workdir`` or absolute) normalised, if it stays inside ``workdir``.
+
+    Lexical only; :meth:`Sandbox.confine` also resolves symlinks inside the container.
+    """
+    if not path or "\x00" in path:
+        raise PathEscapeError(f"invalid path {path!r}")
+    root = posixpath.normpath(workdir)
+    joined = posixpath.normpath(posixpath.join(root, path))
+    if not _inside(root, joined):
+        raise PathEscapeError(f"{path!r} is outside the working directory {root}")
+    return joined
+
+
+def _inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def server_identity() -> str:
+    """``host:pid:start`` of this process, to tell a live owner from a dead one later."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "?"
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_alive(client: docker.DockerClient, owner: str) -> bool:
+    """Whether the server process named by a container's owner label still runs."""
+    host, _, rest = owner.partition(":")
+    pid, _, start = rest.partition(":")
+    if host == socket.gethostname():
+        return pid.isdigit() and _start_time(int(pid)) == start
+    # Another host name: a server running in a container is alive while that container runs.
+    try:
+        return client.containers.get(host).status == "running"
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError:
+        return True  # cannot tell: keep its containers
+
+
+def remove_containers(client: docker.DockerClient, *, owner: str | None = None) -> int:
+    """Remove this runtime's containers: ``owner``'s, or (None) those whose owner is dead."""
+    filters = {"label": [LABEL] + ([f"{LABEL_OWNER}={owner}"] if owner else [])}
+    removed = 0
+    for container in client.containers.list(all=True, filters=filters):
+        label = container.labels.get(LABEL_OWNER, "")
+        if owner is None and owner_alive(client, label):
+            continue
+        try:
+            container.remove(force=True)
+            removed += 1
+        except docker.errors.NotFound:
+            pass
+    return removed
+
+
+# Stops every process but PID 1 and those running before the agent acted, then reports leftovers.
+# Builtins only inside the loop, so the script never kills a child of its own.
+_STOP_PROCESSES = r"""
+keep=" 1 $1 "; self=$$; pass=0
+while [ $pass -lt 50 ]; do
+  found=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$self" ] && continue
+    case "$keep" in *" $p "*) continue ;; esac
+    read -r line < "$d/stat" 2>/dev/null || continue
+    state=${line##*) }; state=${state%% *}
+    [ "$state" = Z ] && continue
+    kill -KILL "$p" 2>/dev/null && found=1
+  done
+  [ $found = 0 ] && exit 0
+  pass=$((pass + 1))
+done
+echo "processes still running after $pass passes" >&2; exit 1
+"""
+
+# Kills the processes that carry one exec's marker in their environment (a timed-out exec).
+_KILL_MARKED = r"""
+for d in /proc/[0-9]*; do
+  [ "${d#/proc/}" = "$$" ] && continue
+  if tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "$1"; then
+    kill -KILL "${d#/proc/}" 2>/dev/null
+  fi
+done
+exit 0
+"""
+
+# Prints the real path of $1 (which may not exist yet), following symlinks in the container.
+_REALPATH = r"""
+p=$1; rest=
+while [ ! -e "$p" ] && [ ! -L "$p" ]; do rest=/$(basename -- "$p")$rest; p=$(dirname -- "$p"); done
+real=$(readlink -f -- "$p") || exit 1
+printf '%s%s\n' "${real%/}" "$rest"
+"""
+
+
+class Sandbox:
+    """A running container for one episode."""
+
+    def __init__(self, client: docker.DockerClient, container, workdir: str, baseline: str) -> None:
+        self._client = client
+        self.container = container
+        self.workdir = workdir
+        self._baseline = baseline
+
+    @classmethod
+    def start(
+        cls,
+        client: docker.DockerClient,
+        image: str,
+        *,
+        task_id: str,
+        owner: str,
+        workdir: str | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        network: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Sandbox:
+        """Start a container kept alive by ``sleep infinity``, as Harbor's compose file does."""
+        options = {}
+        if cpus:
+            options["nano_cpus"] = int(cpus * 1e9)
+        if memory_mb:
+            options["mem_limit"] = f"{memory_mb}m"
+        if network:
+            options["network_mode"] = network
+        try:
+            container = client.containers.run(
+                image,
+                ["sh", "-c", "sleep infinity"],
+                detach=True,
+                labels={LABEL: "1", LABEL_OWNER: owner, LABEL_TASK: task_id[:200]},
+                environment=env or {},
+                working_dir=workdir or None,
+                **options,
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxError(
+                f"starting a container from {image} failed: {exc.explanation}"
+            ) from None
+        sandbox = cls(client, container, "/", "")
+        try:
+            container.reload()
+            if container.status != "running":
+                logs = container.logs(tail=20).decode(errors="replace")
+                raise SandboxError(
+                    f"the container of {image} exited at once ({container.status}):\n{logs}"
+                )
+            setup = sandbox.exec_root(
+                "mkdir -p /logs/agent /logs/verifier /logs/artifacts"
+                " && chmod 777 /logs/agent /logs/verifier /logs/artifacts"
+                " && pwd && ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '",
+                workdir=workdir or "",  # "" lets the image's WORKDIR apply
+            )
+            if setup.exit_code != 0:
+                raise SandboxError(f"preparing the container failed: {setup.output.strip()}")
+            lines = setup.output.splitlines()
+            sandbox.workdir = posixpath.normpath(workdir or lines[0])
+            sandbox._baseline = lines[1] if len(lines) > 1 else ""
+        except BaseException:
+            sandbox.remove()
+            raise
+        return sandbox
+
+    def remove(self) -> None:
+        """Remove the container (idempotent)."""
+        try:
+            self.container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # removal already in progress
+                raise
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float,
+        max_output: int,
+        user: str | None = None,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        """Run ``bash -c command``; on timeout every process it started is killed."""
+        mark = f"{_EXEC_MARK}={uuid.uuid4().hex}"
+        environment = [f"{k}={v}" for k, v in (env or {}).items()] + [mark]
+        return self._run(
+            ["bash", "-c", command],
+            timeout_s=timeout_s,
+            max_output=max_output,
+            user=user or "",
+            environment=environment,
+            workdir=workdir or self.workdir,
+            mark=mark,
+        )
+
+    def exec_root(
+        self, script: str, *args: str, workdir: str = "/", timeout_s: float = 60
+    ) -> ExecResult:
+        """Run a POSIX sh script as root for the orchestrator (not the agent)."""
+        return self._run(
+            ["sh", "-c", script, "sh", *args],
+            timeout_s=timeout_s,
+            max_output=1 << 20,
+            user="root",
+            environment=[],
+            workdir=workdir,
+            mark=None,
+        )
+
+    def _run(self, cmd, *, timeout_s, max_output, user, environment, workdir, mark) -> ExecResult:
+        api = self._client.api
+        try:
+            exec_id = api.exec_create(
+                self.container.id, cmd, user=user, environment=environment, workdir=workdir
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"exec failed: {exc.explanation or exc}") from None
+        raw = getattr(sock, "_sock", sock)
+        deadline = time.monotonic() + timeout_s
+        chunks, size, truncated, timed_out = [], 0, False, False
+        try:
+            for data in _frames(raw, deadline):
+                room = max_output - size
+                if room > 0:
+                    chunks.append(data[:room])
+                    size += min(room, len(data))
+                truncated = truncated or len(data) > room
+        except TimeoutError:
+            timed_out = True
+        finally:
+            sock.close()
+        if timed_out and mark:
+            self.exec_root(_KILL_MARKED, mark)
+        exit_code = None if timed_out else self._exit_code(exec_id)
+        output = b"".join(chunks).decode("utf-8", errors="replace")
+        return ExecResult(exit_code, output, truncated, timed_out)
+
+    def _exit_code(self, exec_id: str) -> int | None:
+        for _ in range(50):
+            info = self._client.api.exec_inspect(exec_id)
+            if not info.get("Running"):
+                return info.get("ExitCode")
+            time.sleep(0.01)
+        return None
+
+    def stop_processes(self) -> None:
+        """Kill every process started since the container came up (agent processes included)."""
+        result = self.exec_root(_STOP_PROCESSES, self._baseline)
+        if result.exit_code != 0:
+            raise SandboxError(f"could not stop the agent's processes: {result.output.strip()}")
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def confine(self, path: str) -> str:
+        """Resolve an agent path inside the container, symlinks included, refusing escapes."""
+        lexical = resolve_within(self.workdir, path)
+        result = self.exec_root(_REALPATH, lexical)
+        real_root = self.exec_root(_REALPATH, self.workdir)
+        if result.exit_code != 0 or real_root.exit_code != 0:
+            raise SandboxError(f"cannot resolve {path!r}: {result.output.strip()}")
+        real, root = result.output.strip(), real_root.output.strip()
+        if not _inside(root, real):
+            raise PathEscapeError(f"{path!r} resolves to {real}, outside the working directory")
+        return real
+
+    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes, bool]:
+        """The file's bytes (at most ``max_bytes``) and whether it was cut."""
+        try:
+            stream, stat = self.container.get_archive(path)
+        except docker.errors.NotFound:
+            raise SandboxError(f"{path}: no such file") from None
+        if stat.get("mode", 0) & (1 << 31):
+            raise SandboxError(f"{path}: is a directory")
+        with tarfile.open(fileobj=_StreamReader(stream), mode="r|") as archive:
+            for member in archive:
+                if not member.isfile():
+                    raise SandboxError(f"{path}: not a regular file")
+                handle = archive.extractfile(member)
+                data = handle.read(max_bytes + 1) if handle else b""
+                return data[:max_bytes], len(data) > max_bytes
+        raise SandboxError(f"{path}: empty archive")
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write ``data`` to ``path``, creating parent folders."""
+        parent, name = posixpath.split(path)
+        made = self.exec_root('mkdir -p -- "$1"', parent)
+        if made.exit_code != 0:
+            raise SandboxError(f"cannot create {parent}: {made.output.strip()}")
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            archive.addfile(info, io.BytesIO(data))
+        self._put(parent, buffer.getvalue())
+
+    def list_dir(self, path: str) -> str:
+        result = self.exec_root('ls -la -- "$1"', path)
+        if result.exit_code != 0:
+            raise SandboxError(result.output.strip())
+        return result.output
+
+    def put_dir(self, source: Path, destination: str) -> None:
+        """Replace ``destination`` with a copy of the host folder ``source``, owned by root."""
+        cleared = self.exec_root('rm -rf -- "$1" && mkdir -p -- "$1"', destination)
+        if cleared.exit_code != 0:
+            raise SandboxError(f"cannot prepare {destination}: {cleared.output.strip()}")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            archive.add(source, arcname=".", filter=_root_owned)
+        self._put(destination, buffer.getvalue())
+
+    def get_files(self, folder: str) -> dict[str, bytes]:
+        """The regular files directly inside ``folder`` (empty when it does not exist)."""
+        try:
+            stream, _ = self.container.get_archive(folder.rstrip("/"))
+        except docker.errors.NotFound:
+            return {}
+        files = {}
+        with tarfile.open(fileobj=_StreamReader(stream), mode="r|") as archive:
+            for member in archive:
+                parts = PurePosixPath(member.name).parts
+                if member.isfile() and len(parts) == 2:
+                    handle = archive.extractfile(member)
+                    files[parts[1]] = handle.read() if handle else b""
+        return files
+
+    def _put(self, destination: str, archive: bytes) -> None:
+        try:
+            self.container.put_archive(destination, archive)
+        except docker.errors.APIError as exc:
+            raise SandboxError(
+                f"writing to {destination} failed: {exc.explanation or exc}"
+            ) from None
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _frames(sock: socket.socket, deadline: float):
+    """Payloads of Docker's multiplexed exec stream, raising TimeoutError past ``deadline``."""
+    buffer = b""
+    while True:
+        while len(buffer) >= 8:
+            size = struct.unpack(">I", buffer[4:8])[0]
+            if len(buffer) < 8 + size:
+                break
+            yield buffer[8 : 8 + size]
+            buffer = buffer[8 + size :]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        ready, _, _ = select.select([sock], [], [], remaining)
+        if not ready:
+            raise TimeoutError
+        data = sock.recv(1 << 16)
+        if not data:
+            return
+        buffer += data
+
+
+class _StreamReader(io.RawIOBase):
+    """A file object over docker-py's chunk iterator, for streaming tar reads."""
+
+    def __init__(self, chunks) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target) -> int:
+        while not self._buffer:
+            try:
+                self._buffer = next(self._chunks)
+            except StopIteration:
+                return 0
+        count = min(len(target), len(self._buffer))
+        target[:count] = self._buffer[:count]
+        self._buffer = self._buffer[count:]
+        return count
