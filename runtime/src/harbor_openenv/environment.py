@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+import docker.errors
 from openenv.core.env_server.interfaces import Environment
 
 from .dataset import Dataset, DatasetError, Task, TaskKind
@@ -56,8 +57,12 @@ class Runtime:
         """The engine client, connected on first use so /health never touches Docker."""
         with self._lock:
             if self._docker is None:
-                self._docker = docker.from_env(timeout=300)
-                self._resolver = ImageResolver(self._docker)
+                try:
+                    client = docker.from_env(timeout=300)
+                    client.ping()
+                except docker.errors.DockerException as exc:
+                    raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
+                self._docker, self._resolver = client, ImageResolver(client)
             return self._docker
 
     @property

@@ -137,11 +137,20 @@ done
 exit 0
 """
 
-# Prints the real path of $1 (which may not exist yet), following symlinks in the container.
+# Prints the real path of $1, which may not exist yet, following symlinks (dangling ones too)
+# inside the container. Components below the deepest existing folder are printed as given.
 _REALPATH = r"""
-p=$1; rest=
-while [ ! -e "$p" ] && [ ! -L "$p" ]; do rest=/$(basename -- "$p")$rest; p=$(dirname -- "$p"); done
-real=$(readlink -f -- "$p") || exit 1
+p=$1; rest=; links=0
+while :; do
+  if [ -e "$p" ]; then real=$(readlink -f -- "$p") || exit 1; break; fi
+  if [ -L "$p" ]; then
+    links=$((links + 1)); [ $links -gt 40 ] && { echo "too many symlinks" >&2; exit 1; }
+    target=$(readlink -- "$p")
+    case $target in /*) p=$target ;; *) p=$(dirname -- "$p")/$target ;; esac
+    continue
+  fi
+  rest=/$(basename -- "$p")$rest; p=$(dirname -- "$p")
+done
 printf '%s%s\n' "${real%/}" "$rest"
 """
 
@@ -149,11 +158,12 @@ printf '%s%s\n' "${real%/}" "$rest"
 class Sandbox:
     """A running container for one episode."""
 
-    def __init__(self, client: docker.DockerClient, container, workdir: str, baseline: str) -> None:
+    def __init__(self, client: docker.DockerClient, container) -> None:
         self._client = client
         self.container = container
-        self.workdir = workdir
-        self._baseline = baseline
+        self.workdir = "/"
+        self._real_workdir = "/"  # resolved once at start, before the agent can move things
+        self._baseline = ""  # processes that ran before the agent did
 
     @classmethod
     def start(
@@ -191,7 +201,7 @@ class Sandbox:
             raise SandboxError(
                 f"starting a container from {image} failed: {exc.explanation}"
             ) from None
-        sandbox = cls(client, container, "/", "")
+        sandbox = cls(client, container)
         try:
             container.reload()
             if container.status != "running":
@@ -202,14 +212,16 @@ class Sandbox:
             setup = sandbox.exec_root(
                 "mkdir -p /logs/agent /logs/verifier /logs/artifacts"
                 " && chmod 777 /logs/agent /logs/verifier /logs/artifacts"
-                " && pwd && ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '",
+                " && pwd && readlink -f . && for d in /proc/[0-9]*; do"
+                ' [ "${d#/proc/}" = $$ ] || printf "%s " "${d#/proc/}"; done',
                 workdir=workdir or "",  # "" lets the image's WORKDIR apply
             )
             if setup.exit_code != 0:
                 raise SandboxError(f"preparing the container failed: {setup.output.strip()}")
-            lines = setup.output.splitlines()
+            lines = [*setup.output.splitlines(), "", ""]
             sandbox.workdir = posixpath.normpath(workdir or lines[0])
-            sandbox._baseline = lines[1] if len(lines) > 1 else ""
+            sandbox._real_workdir = lines[1]
+            sandbox._baseline = lines[2]
         except BaseException:
             sandbox.remove()
             raise
@@ -313,11 +325,10 @@ class Sandbox:
         """Resolve an agent path inside the container, symlinks included, refusing escapes."""
         lexical = resolve_within(self.workdir, path)
         result = self.exec_root(_REALPATH, lexical)
-        real_root = self.exec_root(_REALPATH, self.workdir)
-        if result.exit_code != 0 or real_root.exit_code != 0:
+        if result.exit_code != 0:
             raise SandboxError(f"cannot resolve {path!r}: {result.output.strip()}")
-        real, root = result.output.strip(), real_root.output.strip()
-        if not _inside(root, real):
+        real = posixpath.normpath(result.output.strip())
+        if not _inside(self._real_workdir, real):
             raise PathEscapeError(f"{path!r} resolves to {real}, outside the working directory")
         return real
 
