@@ -1,0 +1,203 @@
+"""The decisive end-to-end test: render the example, build its image offline, drive the container.
+
+Render the bundled example dataset with a wheel pin, put every dependency's wheel into the
+rendered wheels/, `docker build` with no network at all, run the image with the Docker socket
+mounted on the host network, and play episodes over the WebSocket API with the runtime's client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import ROOT, TOKEN, free_port, runtime_containers, wait_until
+
+pytestmark = pytest.mark.docker
+CACHE = ROOT / ".cache"
+
+
+def image_python(docker_client, image: str) -> str:
+    output = docker_client.containers.run(
+        image,
+        ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        remove=True,
+        network_mode="none",
+    )
+    return output.decode().strip()
+
+
+@pytest.fixture(scope="session")
+def runtime_wheel(tmp_path_factory) -> Path:
+    """A wheel of the runtime as it is in this checkout."""
+    out = tmp_path_factory.mktemp("runtime-wheel")
+    subprocess.run(
+        ["uv", "build", "--wheel", "--out-dir", str(out), str(ROOT / "runtime")],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = out.glob("harbor_openenv-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def dependency_wheels(docker_client, runtime_wheel) -> Path:
+    """Wheels of the server extra's dependencies for the base image's Python, cached by content.
+
+    They are fetched on the host, where the package index is reachable; the image build then
+    runs with no network at all, as it would behind a firewall.
+    """
+    version = image_python(docker_client, "python:3.12-slim")
+    host = "{}.{}".format(*sys.version_info[:2])
+    if version != host:
+        pytest.fail(f"the base image has Python {version}; build wheels with Python {version}")
+    key = hashlib.sha256((ROOT / "runtime" / "pyproject.toml").read_bytes()).hexdigest()[:12]
+    folder = CACHE / f"wheels-py{version}-{key}"
+    if not (folder / ".complete").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(folder)),
+                f"harbor-openenv[server] @ {runtime_wheel.as_uri()}",
+            ],
+            check=True,
+        )
+        for wheel in folder.glob("harbor_openenv-*.whl"):
+            wheel.unlink()  # the runtime itself comes from the rendered repo's wheels/
+        sdists = [p.name for p in folder.iterdir() if not p.name.endswith((".whl", ".complete"))]
+        assert not sdists, f"only wheels install offline without build tools: {sdists}"
+        (folder / ".complete").touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def rendered_env(tmp_path_factory, runtime_wheel, dependency_wheels) -> tuple[Path, int]:
+    port = free_port()
+    destination = tmp_path_factory.mktemp("rendered") / "example-env"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "copier",
+            "copy",
+            "--trust",
+            "--defaults",
+            "--quiet",
+            "--vcs-ref",
+            "HEAD",
+            "-d",
+            f"runtime_pin={runtime_wheel}",
+            "-d",
+            f"port={port}",
+            str(ROOT),
+            str(destination),
+        ],
+        check=True,
+    )
+    wheels = destination / "wheels"
+    assert (wheels / runtime_wheel.name).is_file()  # copied by the copy task for a wheel pin
+    for wheel in dependency_wheels.glob("*.whl"):
+        try:  # Docker does not follow symlinks out of a build context: real files only
+            os.link(wheel, wheels / wheel.name)
+        except OSError:
+            shutil.copy2(wheel, wheels / wheel.name)
+    return destination, port
+
+
+@pytest.fixture(scope="session")
+def env_image(docker_client, rendered_env) -> str:
+    """The rendered Dockerfile, built with network "none": only wheels/ can provide packages."""
+    path, _ = rendered_env
+    tag = f"harbor-openenv-e2e:{uuid.uuid4().hex[:8]}"
+    result = subprocess.run(
+        ["docker", "build", "--network", "none", "-t", tag, str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "from wheels/ only" in result.stdout + result.stderr
+    yield tag
+    docker_client.images.remove(tag, force=True)
+
+
+@pytest.fixture(scope="session")
+def env_server(docker_client, env_image, rendered_env):
+    _, port = rendered_env
+    container = docker_client.containers.run(
+        env_image,
+        detach=True,
+        network_mode="host",
+        volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}},
+        environment={"HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN},
+        labels={"harbor-openenv-e2e": "server"},
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        if not wait_until(healthy, timeout=120, interval=0.5):
+            container.reload()
+            pytest.fail(f"server container not healthy ({container.status}):\n{container.logs()}")
+        yield url, container
+    finally:
+        container.stop(timeout=20)  # SIGTERM: the server removes its task containers
+        logs = container.logs().decode(errors="replace")
+        container.remove(force=True)
+        print(logs[-2000:])
+
+
+def test_rendered_image_serves_the_example_over_websocket(env_server, docker_client):
+    from harbor_openenv.client import HarborEnvClient
+
+    url, server = env_server
+    with HarborEnvClient(url, orchestration_token=TOKEN) as env:
+        start = time.monotonic()
+        first = env.reset(task_id="repo2env-style")
+        obs = first.observation
+        assert obs.error is None, obs.error
+        assert obs.workdir == "/workspace"  # the image's WORKDIR
+        assert "slugify" in obs.instruction
+        assert env.exec("pwd").observation.output.strip() == "/workspace"
+        nop = env.evaluate()
+        assert nop.reward == 0.0, nop.observation
+        assert nop.observation.info["reward_details"]["resolved"] is False
+
+        env.reset(task_id="repo2env-style")
+        source = env.read("textkit/slug.py").observation.output
+        fixed = source.replace(
+            'return re.sub(r"[^a-z0-9]", "-", text.lower())',
+            'return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")',
+        )
+        assert fixed != source
+        assert env.write("textkit/slug.py", fixed).observation.error is None
+        assert "slug.py" in env.exec("git status --short").observation.output
+        result = env.evaluate()
+        assert result.reward == 1.0, result.observation
+        assert result.observation.info["reward_details"]["resolved"] is True
+        print(f"two episodes through the built image: {time.monotonic() - start:.1f} s")
+
+    server_id = server.id[:12]
+    assert wait_until(lambda: not runtime_containers(docker_client, server_id), timeout=30), (
+        "the server's task containers outlived their episodes"
+    )
+
+
+def test_rendered_image_refuses_the_text_only_task(env_server):
+    from harbor_openenv.client import HarborEnvClient
+
+    url, _ = env_server
+    with HarborEnvClient(url, orchestration_token=TOKEN) as env:
+        result = env.reset(task_id="text-only-pr-diff")
+        assert "text-only" in result.observation.error
