@@ -1,0 +1,5 @@
+"""Small text helpers."""
+
+from textkit.slug import slugify, truncate
+
+__all__ = ["slugify", "truncate"]

@@ -1,0 +1,2 @@
+from harbor_openenv import build_app
+app = build_app()

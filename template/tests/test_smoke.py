@@ -1,0 +1,40 @@
+"""Smoke test of this environment repository: the dataset copy is intact and the app imports.
+
+Runs under pytest, or without it (as in the image): python tests/test_smoke.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tasks_match_manifest() -> None:
+    from harbor_openenv.manifest import MANIFEST_NAME, verify_manifest
+
+    problems = verify_manifest(ROOT / MANIFEST_NAME)
+    assert not problems, "tasks/ differs from tasks.sha256:\n" + "\n".join(problems)
+
+
+def test_app_imports() -> None:
+    os.environ.setdefault("HARBOR_OPENENV_TASKS", str(ROOT / "tasks"))
+    sys.path.insert(0, str(ROOT))
+    from server.app import app
+
+    assert callable(app), "server.app:app is not an ASGI application"
+
+
+if __name__ == "__main__":
+    failed = 0
+    for name, test in list(globals().items()):
+        if name.startswith("test_") and callable(test):
+            try:
+                test()
+                print(f"ok   {name}")
+            except Exception as exc:  # report every test, then fail
+                failed += 1
+                print(f"FAIL {name}: {exc}")
+    sys.exit(1 if failed else 0)

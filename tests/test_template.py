@@ -1,0 +1,413 @@
+"""The Copier template: render matrix, byte-for-byte dataset copy, answer validation, update."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from _template_helpers import (
+    REPO,
+    RUNTIME_VERSION,
+    make_fake_wheel,
+    make_weird_dataset,
+    run_copier,
+    tree_digest,
+    write_task,
+)
+
+from harbor_openenv.manifest import MANIFEST_NAME, verify_manifest
+
+GIT_PIN = "harbor-openenv @ git+https://example.org/you/harbor-openenv@v0.1.0#subdirectory=runtime"
+
+
+@pytest.fixture(scope="session")
+def weird_dataset(tmp_path_factory) -> Path:
+    return make_weird_dataset(tmp_path_factory.mktemp("weird") / "my_Weird.Tasks")
+
+
+@pytest.fixture(scope="session")
+def runtime_wheel(tmp_path_factory) -> Path:
+    """A wheel of runtime/ (python -m build); a hand-made one if building is impossible here."""
+    out = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", str(REPO / "runtime"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    wheels = sorted(out.glob("harbor_openenv-*.whl"))
+    if build.returncode == 0 and wheels:
+        return wheels[0]
+    return make_fake_wheel(out / "fake")
+
+
+def render(copie, **answers):
+    result = copie.copy(extra_answers=answers, template_dir=REPO)
+    assert result.exit_code == 0, result.exception
+    return result.project_dir
+
+
+def front_matter(readme: str) -> dict:
+    assert readme.startswith("---\n")
+    return yaml.safe_load(readme.split("---\n", 2)[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Render matrix
+
+
+PINS = {
+    "release": ("", f"harbor-openenv[server]=={RUNTIME_VERSION}"),
+    "specifier": ("harbor-openenv>=0.1,<0.2", "harbor-openenv[server]>=0.1,<0.2"),
+    "exact": ("harbor_openenv==0.1.0", "harbor-openenv[server]==0.1.0"),
+    "git": (GIT_PIN, GIT_PIN.replace("harbor-openenv @", "harbor-openenv[server] @")),
+}
+
+
+@pytest.mark.parametrize(
+    "pin_case, extra",
+    [
+        ("release", {}),
+        ("specifier", {"port": 9001, "env_name": "swe-mini", "max_concurrent_envs": 2}),
+        ("exact", {"base_image": "python:3.11-slim", "description": 'Quotes " and \\ and ünï'}),
+        ("git", {"port": 65535}),
+    ],
+)
+def test_render_matrix(copie, weird_dataset, pin_case, extra):
+    pin, install = PINS[pin_case]
+    project = render(copie, dataset_path=str(weird_dataset), runtime_pin=pin, **extra)
+    port = extra.get("port", 8000)
+    name = extra.get("env_name", "my-weird-tasks-env")
+
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    assert pyproject["project"]["name"] == name
+    assert pyproject["project"]["dependencies"] == [install]
+    assert pyproject["tool"]["uv"]["package"] is False
+    if "description" in extra:
+        assert pyproject["project"]["description"] == extra["description"]
+
+    manifest = yaml.safe_load((project / "openenv.yaml").read_text())
+    assert manifest == {
+        "spec_version": 1,
+        "name": name,
+        "version": RUNTIME_VERSION,
+        "description": extra.get(
+            "description", f"OpenEnv environment serving the Harbor tasks of {name}"
+        ),
+        "type": "space",
+        "runtime": "fastapi",
+        "app": "server.app:app",
+        "port": port,
+    }
+
+    app = (project / "server" / "app.py").read_text()
+    assert app == "from harbor_openenv import build_app\napp = build_app()\n"
+    compile(app, "app.py", "exec")
+    assert (project / "server" / "__init__.py").exists()
+
+    dockerfile = (project / "Dockerfile").read_text()
+    assert f'ARG RUNTIME_REQUIREMENT="{install}"' in dockerfile
+    assert (
+        f"ARG BASE_IMAGE={extra.get('base_image', 'python:3.12-slim')}\nFROM ${{BASE_IMAGE}}"
+        in dockerfile
+    )
+    assert f"EXPOSE {port}\n" in dockerfile
+    assert "ENV HARBOR_OPENENV_TASKS=/app/tasks" in dockerfile
+    assert f"HARBOR_OPENENV_MAX_SESSIONS={extra.get('max_concurrent_envs', 8)}" in dockerfile
+    assert f'"--port", "{port}"]' in dockerfile and f"127.0.0.1:{port}/health" in dockerfile
+    assert "-v /var/run/docker.sock:/var/run/docker.sock" in dockerfile
+    assert "COPY wheels/ /opt/wheels/" in dockerfile and (project / "wheels").is_dir()
+
+    readme = (project / "README.md").read_text()
+    meta = front_matter(readme)
+    assert meta["sdk"] == "docker" and meta["app_port"] == port and meta["pinned"] is False
+    assert {"openenv", "harbor"} <= set(meta["tags"])
+    assert "cannot run Docker-in-Docker" in readme
+    assert "from harbor_openenv.client import HarborEnvClient" in readme
+
+    answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    assert answers["runtime_pin"] == pin and answers["dataset_path"] == str(weird_dataset)
+    for computed in (
+        "runtime_version",
+        "runtime_requirement",
+        "runtime_install",
+        "dataset_abspath",
+    ):
+        assert computed not in answers
+    yaml.safe_load((project / ".github" / "workflows" / "ci.yml").read_text())
+
+    dockerignore = [
+        line.strip()
+        for line in (project / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert ".git" in dockerignore and not {"tasks", "tasks/", "wheels", "wheels/"} & set(
+        dockerignore
+    )
+    assert "tasks/** -diff" in (project / ".gitattributes").read_text()
+    assert not list(project.rglob("__pycache__"))
+    rendered = [p for p in project.rglob("*") if "tasks" not in p.relative_to(project).parts]
+    assert not [p for p in rendered if p.name.endswith(".jinja")]
+
+
+def test_wheel_pin_is_copied_into_wheels(copie, weird_dataset, runtime_wheel):
+    project = render(copie, dataset_path=str(weird_dataset), runtime_pin=str(runtime_wheel))
+    copied = project / "wheels" / runtime_wheel.name
+    assert copied.read_bytes() == runtime_wheel.read_bytes()
+    dockerfile = (project / "Dockerfile").read_text()
+    assert (
+        f'ARG RUNTIME_REQUIREMENT="harbor-openenv[server] @ file:///opt/wheels/{runtime_wheel.name}"'
+        in dockerfile
+    )
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    assert pyproject["project"]["dependencies"] == ["harbor-openenv[server]"]
+    assert pyproject["tool"]["uv"]["sources"]["harbor-openenv"] == {
+        "path": f"wheels/{runtime_wheel.name}"
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The dataset copy
+
+
+def test_tasks_are_byte_identical(copie, weird_dataset):
+    project = render(copie, dataset_path=str(weird_dataset))
+    assert tree_digest(project / "tasks") == tree_digest(weird_dataset / "tasks")
+    # the Jinja-looking files went through untouched
+    foo = project / "tasks" / "alpha" / "environment" / "foo.jinja"
+    assert foo.read_text() == "{{ x }} {% if y %}z{% endif %}\n"
+    assert (project / "tasks" / "alpha" / "environment" / "same.txt").is_symlink()
+    assert verify_manifest(project / MANIFEST_NAME) == []
+    lines = (project / MANIFEST_NAME).read_text().splitlines()
+    assert "tasks/alpha/task.toml" in {line.split("  ", 1)[1] for line in lines}
+    if shutil.which("sha256sum"):
+        check = subprocess.run(
+            ["sha256sum", "--strict", "-c", MANIFEST_NAME], cwd=project, capture_output=True
+        )
+        assert check.returncode == 0, check.stdout
+
+
+def test_bundled_example_dataset_renders_with_counts(copie):
+    project = render(copie)  # every default: the bundled example dataset
+    example = REPO / "examples" / "dataset" / "tasks"
+    assert tree_digest(project / "tasks") == tree_digest(example)
+    readme = (project / "README.md").read_text()
+    assert "This environment serves **5** tasks" in readme
+    assert "| runnable (Docker container per episode) | 4 |" in readme
+    assert "| text-only (scored client-side against `solution/patch.diff`) | 1 |" in readme
+    assert "`text-only-pr-diff`" in readme
+    assert (
+        tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == "examples-env"
+    )
+
+
+def test_counts_in_readme(copie, weird_dataset):
+    readme = (render(copie, dataset_path=str(weird_dataset)) / "README.md").read_text()
+    assert "This environment serves **3** tasks" in readme
+    assert "| runnable (Docker container per episode) | 2 |" in readme
+    assert "| text-only (scored client-side against `solution/patch.diff`) | 1 |" in readme
+    assert "Text-only tasks: `gamma`." in readme
+    assert "_The dataset summary is written here" not in readme
+
+
+def test_tasks_at_dataset_root(copie, tmp_path):
+    root = tmp_path / "flat"
+    write_task(root / "one")
+    write_task(root / "two")
+    project = render(copie, dataset_path=str(root))
+    assert sorted(p.name for p in (project / "tasks").iterdir()) == ["one", "two"]
+    assert tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == "flat-env"
+
+
+# ---------------------------------------------------------------------------------------------
+# The copier CLI: relative paths, bad answers (non-zero exit, a message, nothing left behind)
+
+
+def test_relative_dataset_path_resolves_against_the_working_directory(tmp_path, weird_dataset):
+    work = tmp_path / "work" / "sub"
+    work.mkdir(parents=True)
+    shutil.copytree(weird_dataset, tmp_path / "work" / "data", symlinks=True)
+    out = tmp_path / "out"
+    run = run_copier(out, "dataset_path=../data", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert tree_digest(out / "tasks") == tree_digest(weird_dataset / "tasks")
+    # the answer is kept as typed; env_name comes from the parent of a folder named "data"
+    answers = yaml.safe_load((out / ".copier-answers.yml").read_text())
+    assert answers["dataset_path"] == "../data" and answers["env_name"] == "work-env"
+
+
+def invalid_dataset(root: Path) -> Path:
+    write_task(root / "tasks" / "good")
+    write_task(root / "tasks" / "bad", '[environment]\ncpus = "lots"\n')
+    return root
+
+
+def no_task_dataset(root: Path) -> Path:
+    (root / "tasks" / "not-a-task").mkdir(parents=True)
+    (root / "tasks" / "not-a-task" / "instruction.md").write_text("hi")
+    return root
+
+
+def escaping_link_dataset(root: Path) -> Path:
+    write_task(root / "tasks" / "t")
+    (root / "secret.txt").write_text("outside")
+    (root / "tasks" / "t" / "leak.txt").symlink_to("../../secret.txt")
+    return root
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["validator", "copy-task"])
+@pytest.mark.parametrize(
+    "make, answer, expected",
+    [
+        (None, "dataset_path={missing}", "No task found in {missing}|dataset folder not found"),
+        (no_task_dataset, "dataset_path={root}", "No task found in {root}|no task directory"),
+        (invalid_dataset, "dataset_path={root}", "bad/task.toml: [environment].cpus"),
+        (escaping_link_dataset, "dataset_path={root}", "t/leak.txt: symlink to '../../secret.txt'"),
+        (None, "runtime_pin=harbor-openenv 0.1", "Not a pin this template understands"),
+        (None, "runtime_pin=harbor-openenv", "Not a pin this template understands"),
+        (None, "runtime_pin=numpy>=1", "Not a pin this template understands"),
+        (
+            None,
+            "runtime_pin=harbor-openenv @ git+https://x.org/y#subdirectory=runtime",
+            "Not a pin",
+        ),
+        (None, "runtime_pin=/nope/harbor_openenv-0.1.0-py3-none-any.whl", "wheel file not found"),
+        (None, "port=0", "Use a port between 1 and 65535"),
+        (None, "max_concurrent_envs=0", "Use at least 1"),
+        (None, "env_name=Bad Name", "lower-case letters, digits and dashes"),
+    ],
+)
+def test_bad_answers_fail_cleanly(tmp_path, make, answer, expected, quiet):
+    root = tmp_path / "dataset"
+    if make is not None:
+        make(root)
+    missing = tmp_path / "missing"
+    answer = answer.format(root=root, missing=missing)
+    out = tmp_path / "out"
+    run = run_copier(out, answer, quiet=quiet)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, output
+    alternatives = [e.format(root=root, missing=missing) for e in expected.split("|")]
+    assert any(text.lower() in output.lower() for text in alternatives), output
+    assert not out.exists(), f"{out} was left behind"
+
+
+def test_good_pins_pass_the_validator(tmp_path, runtime_wheel):
+    for i, pin in enumerate(
+        [
+            "harbor-openenv==0.1.0",
+            "harbor-openenv>=0.1,<0.2",
+            "harbor-openenv~=0.1",
+            GIT_PIN,
+            str(runtime_wheel),
+        ]
+    ):
+        run = run_copier(tmp_path / f"out{i}", f"runtime_pin={pin}", quiet=True)
+        assert run.returncode == 0, (pin, run.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# copier update: tasks/ untouched, and the dataset is not needed any more
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def test_update_needs_no_dataset_and_leaves_tasks_alone(tmp_path, weird_dataset):
+    # A throwaway template repo: the working tree committed and tagged (copier updates by tag).
+    template = tmp_path / "template"
+    files = _git("ls-files", "-co", "--exclude-standard", "-z", cwd=REPO).split("\0")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file() and not src.is_symlink():
+            (template / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, template / rel)
+    _git("init", "-q", "-b", "main", cwd=template)
+    _git("add", "-A", cwd=template)
+    _git("commit", "-qm", "v0.1.0", cwd=template)
+    _git("tag", "v0.1.0", cwd=template)
+
+    dataset = tmp_path / "dataset"
+    shutil.copytree(weird_dataset, dataset, symlinks=True)
+    project = tmp_path / "env"
+    run = run_copier(project, f"dataset_path={dataset}", ref="v0.1.0", src=template)
+    assert run.returncode == 0, run.stderr
+    _git("init", "-q", cwd=project)
+    _git("add", "-A", cwd=project)
+    _git("commit", "-qm", "init", cwd=project)
+    before = tree_digest(project / "tasks")
+
+    shutil.rmtree(dataset)  # the dataset is gone; the update must not need it
+    version = template / "runtime/src/harbor_openenv/_version.py"
+    version.write_text(version.read_text().replace(RUNTIME_VERSION, "0.2.0"))
+    _git("commit", "-qam", "v0.2.0", cwd=template)
+    _git("tag", "v0.2.0", cwd=template)
+
+    update = subprocess.run(
+        [
+            str(REPO / ".venv/bin/copier") if (REPO / ".venv/bin/copier").exists() else "copier",
+            "update",
+            "--trust",
+            "--defaults",
+            "--vcs-ref",
+            "v0.2.0",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert update.returncode == 0, update.stderr
+    assert tree_digest(project / "tasks") == before
+    assert (
+        'ARG RUNTIME_REQUIREMENT="harbor-openenv[server]==0.2.0"'
+        in (project / "Dockerfile").read_text()
+    )
+    readme = (project / "README.md").read_text()
+    assert "This environment serves **3** tasks" in readme and "<<<<<<<" not in readme
+    answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    assert answers["dataset_path"] == str(dataset) and answers["_commit"] == "v0.2.0"
+
+
+def test_copy_task_shows_progress_for_big_datasets(tmp_path):
+    task = write_task(tmp_path / "big" / "many")
+    for i in range(600):
+        (task / "environment" / f"f{i:03}.txt").write_text(str(i))
+    dest = tmp_path / "env"
+    dest.mkdir()
+    (dest / "README.md").write_text(
+        "<!-- harbor-openenv:dataset-summary:start -->\nx\n"
+        "<!-- harbor-openenv:dataset-summary:end -->\n"
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "hooks" / "copy_tasks.py"),
+            "--dataset",
+            str(tmp_path / "big"),
+            "--dest",
+            str(dest),
+            "--wheel",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "copying tasks: 604/604 files (100%" in run.stderr
+    assert run.stderr.count("copying tasks:") <= 25
+    assert "serves **1** task:" in (dest / "README.md").read_text()
+    assert verify_manifest(dest / MANIFEST_NAME) == []
