@@ -7,6 +7,7 @@ Environment variables (all optional):
 - ``HARBOR_OPENENV_SESSION_TIMEOUT_S``: idle seconds before a session is reaped (default 1800)
 - ``HARBOR_OPENENV_EXEC_TIMEOUT_S``: default and cap of one exec (default 300)
 - ``HARBOR_OPENENV_MAX_OUTPUT_BYTES``: exec output kept per call (default 1 MiB)
+- ``HARBOR_OPENENV_PIDS_LIMIT``: most processes in one task container (default 4096)
 - ``HARBOR_OPENENV_ORCHESTRATION_TOKEN``: enables evaluate/solve for callers that send it
 - ``HARBOR_OPENENV_DEFAULT_TASK``: the task a reset without a choice starts
 """
@@ -48,6 +49,7 @@ def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
     return Settings(
         exec_timeout_s=number("HARBOR_OPENENV_EXEC_TIMEOUT_S", defaults.exec_timeout_s),
         max_output_bytes=number("HARBOR_OPENENV_MAX_OUTPUT_BYTES", defaults.max_output_bytes, int),
+        pids_limit=number("HARBOR_OPENENV_PIDS_LIMIT", defaults.pids_limit, int),
         orchestration_token=env.get("HARBOR_OPENENV_ORCHESTRATION_TOKEN") or None,
         default_task=env.get("HARBOR_OPENENV_DEFAULT_TASK") or None,
     )

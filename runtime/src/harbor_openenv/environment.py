@@ -37,6 +37,7 @@ class Settings:
     max_output_bytes: int = 1 << 20
     max_read_bytes: int = 8 << 20
     solve_timeout_s: float = 1800.0
+    pids_limit: int = 4096
     orchestration_token: str | None = None
     default_task: str | None = None
 
@@ -127,6 +128,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 cpus=config.environment.cpus,
                 memory_mb=config.environment.memory_mb,
                 network="none" if config.environment.network_mode == "no-network" else None,
+                pids_limit=self._runtime.settings.pids_limit,
             )
             instruction = task.instruction
         except (DatasetError, ImageError, SandboxError) as exc:

@@ -178,6 +178,7 @@ class Sandbox:
         memory_mb: int | None = None,
         network: str | None = None,
         env: dict[str, str] | None = None,
+        pids_limit: int | None = None,
     ) -> Sandbox:
         """Start a container kept alive by ``sleep infinity``, as Harbor's compose file does."""
         options = {}
@@ -187,6 +188,8 @@ class Sandbox:
             options["mem_limit"] = f"{memory_mb}m"
         if network:
             options["network_mode"] = network
+        if pids_limit:
+            options["pids_limit"] = pids_limit
         try:
             container = client.containers.run(
                 image,
