@@ -1,3 +1,3 @@
 """The one place the release version is written; copier.yml and hatchling read it from here."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
