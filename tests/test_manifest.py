@@ -180,3 +180,21 @@ def test_big_file_hash_matches_hashlib(tmp_path):
     big = tmp_path / "big"
     big.write_bytes(os.urandom(3 * (1 << 20) + 17))
     assert file_sha256(big) == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+def test_verify_one_folder(tmp_path):
+    tasks = tmp_path / "tasks"
+    for name in ("a", "ab"):
+        (tasks / name).mkdir(parents=True)
+        (tasks / name / "task.toml").write_text(name)
+    manifest = tmp_path / MANIFEST_NAME
+    write_manifest(tasks, manifest)
+    (tasks / "ab" / "task.toml").write_text("changed")
+    (tasks / "a" / "new.txt").write_text("extra")
+    assert verify_manifest(manifest, under="tasks/ab") == [
+        "changed: tasks/ab/task.toml (sha256 differs from tasks.sha256)"
+    ]
+    assert verify_manifest(manifest, under="tasks/a") == [
+        "extra: tasks/a/new.txt (not in tasks.sha256)"
+    ]
+    assert verify_manifest(manifest, under="tasks/zzz") == ["tasks/zzz: not in tasks.sha256"]

@@ -364,3 +364,24 @@ def test_health_answers_without_docker(tmp_path):
             assert "docker" in env.reset(task_id="edit-file").observation.error.lower()
     finally:
         srv.stop()
+
+
+def test_tasks_that_differ_from_the_manifest_are_refused(tmp_path, docker_client):
+    from harbor_openenv.manifest import MANIFEST_NAME, write_manifest
+
+    tasks = tmp_path / "tasks"
+    for name in ("edit-file", "no-reward"):
+        shutil.copytree(FIXTURE_TASKS / name, tasks / name)
+    write_manifest(tasks, tmp_path / MANIFEST_NAME)
+    (tasks / "no-reward" / "tests" / "test.sh").write_text(
+        "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"
+    )
+    srv = Server(tasks)
+    try:
+        with srv.client() as env:
+            error = env.reset(task_id="no-reward").observation.error
+            assert "do not match tasks.sha256" in error
+            assert "changed: tasks/no-reward/tests/test.sh" in error
+            assert env.reset(task_id="edit-file").observation.error is None
+    finally:
+        srv.stop()

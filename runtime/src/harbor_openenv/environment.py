@@ -22,6 +22,7 @@ from openenv.core.env_server.interfaces import Environment
 
 from .dataset import Dataset, DatasetError, Task, TaskKind
 from .image import ImageError, ImageResolver
+from .manifest import MANIFEST_NAME, verify_manifest
 from .models import ORCHESTRATION_ACTIONS, HarborAction, HarborObservation, HarborState
 from .reward import VERIFIER_DIR, parse_reward
 from .sandbox import PathEscapeError, Sandbox, SandboxError, remove_containers, server_identity
@@ -52,6 +53,7 @@ class Runtime:
         self._docker: docker.DockerClient | None = None
         self._resolver: ImageResolver | None = None
         self._lock = threading.Lock()
+        self._checked: set[str] = set()
 
     @property
     def docker(self) -> docker.DockerClient:
@@ -71,6 +73,21 @@ class Runtime:
         self.docker  # noqa: B018 - connects and creates the resolver
         assert self._resolver is not None
         return self._resolver
+
+    def check_files(self, task: Task) -> str | None:
+        """Why the task's files differ from the tasks.sha256 beside the tasks folder, if they do.
+
+        Each task is checked once per server, on its first reset; without a manifest, never.
+        """
+        manifest = self.dataset.root.parent / MANIFEST_NAME
+        if task.id in self._checked or not manifest.is_file():
+            return None
+        problems = verify_manifest(manifest, under=f"{self.dataset.root.name}/{task.id}")
+        if problems:
+            shown = "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else "")
+            return f"{task.id}: the task's files do not match {MANIFEST_NAME}: {shown}"
+        self._checked.add(task.id)
+        return None
 
     def remove_orphans(self) -> int:
         """Remove containers left behind by servers that are no longer running."""
@@ -114,7 +131,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         try:
             task = dataset[self._pick(task_id, index, seed)]
             self._state.task_id = task.id
-            refusal = _refusal(task)
+            refusal = _refusal(task) or self._runtime.check_files(task)
             if refusal:
                 return self._fail("reset", refusal, task_id=task.id, done=True)
             config = task.config

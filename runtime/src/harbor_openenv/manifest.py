@@ -211,17 +211,27 @@ def _parse(manifest: Path) -> tuple[dict[str, str], list[str]]:
     return entries, problems
 
 
-def verify_manifest(manifest: Path) -> list[str]:
+def verify_manifest(manifest: Path, under: str | None = None) -> list[str]:
     """Check the files listed in manifest; return readable problems, empty when all match.
 
     Reports changed and missing files, and extra files under the top-level folders the manifest
-    covers (usually just `tasks/`).
+    covers (usually just `tasks/`). With ``under`` (a folder relative to the manifest, such as
+    ``tasks/hello-world``), only that folder is checked.
     """
     manifest = Path(manifest)
     if not manifest.is_file():
         return [f"{manifest}: manifest not found"]
     base = manifest.parent
     entries, problems = _parse(manifest)
+    if under is not None:
+        prefix = under.strip("/") + "/"
+        entries = {rel: digest for rel, digest in entries.items() if rel.startswith(prefix)}
+        extras = _manifest_files(base / prefix, manifest) if (base / prefix).is_dir() else []
+        problems += [
+            f"extra: {rel} (not in {manifest.name})" for rel, _ in extras if rel not in entries
+        ]
+        if not entries and not extras:
+            problems.append(f"{under}: not in {manifest.name}")
     for rel, digest in sorted(entries.items()):
         path = base / rel
         if not path.is_file():
@@ -229,7 +239,7 @@ def verify_manifest(manifest: Path) -> list[str]:
         elif file_sha256(path) != digest:
             problems.append(f"changed: {rel} (sha256 differs from {manifest.name})")
     roots = {rel.split("/", 1)[0] for rel in entries if "/" in rel and not rel.startswith("../")}
-    for root in sorted(roots):
+    for root in sorted(roots) if under is None else ():
         if (base / root).is_dir():
             for rel, _ in _manifest_files(base / root, manifest):
                 if rel not in entries:
