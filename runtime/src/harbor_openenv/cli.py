@@ -1,0 +1,484 @@
+"""``harbor-openenv``: validate a dataset, check its tasks in Docker, or serve it locally.
+
+``validate`` needs only the core package; ``check`` and ``serve`` import the server extra (OpenEnv,
+Docker, uvicorn) when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from ._version import __version__
+from .dataset import TASK_FILE, Dataset, DatasetError, Task, TaskKind, find_tasks_root
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130
+SERVER_EXTRA = "pip install 'harbor-openenv[server]'"
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for: printed as one line, exit status 2."""
+
+
+# -- validate ------------------------------------------------------------------------------------
+
+
+def _task_row(task: Task) -> dict[str, Any]:
+    """What validate reports about one task: its kind, image source, timeouts and problems."""
+    try:
+        config = task.config
+    except DatasetError:  # reported in problems
+        config = None
+    return {
+        "task": task.id,
+        "kind": str(task.kind),
+        "image": task.image.model_dump() if task.image else None,
+        "agent_timeout_sec": config and config.agent.timeout_sec,
+        "verifier_timeout_sec": config and config.verifier.timeout_sec,
+        "build_timeout_sec": config and config.environment.build_timeout_sec,
+        "problems": task.problems,
+    }
+
+
+def _image_text(image: dict[str, Any] | None) -> str:
+    if image is None:
+        return "-"
+    return image["kind"] if image["ref"] is None else f"{image['kind']}:{image['ref']}"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _print_table(rows: list[list[str]], out: TextIO) -> None:
+    """Left-aligned columns; the last column is never padded."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = (
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
+        for row in rows
+    )
+    out.write("\n".join(line.rstrip() for line in lines) + "\n")
+
+
+def _open_dataset(path: Path) -> Dataset:
+    """The dataset at ``path`` (tasks at its root or under tasks/), or a UsageError."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such folder")
+    if (path / TASK_FILE).is_file():
+        raise UsageError(f"{path}: is a single task; pass the folder that holds it")
+    try:
+        return Dataset(find_tasks_root(path))
+    except DatasetError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    dataset = _open_dataset(args.dataset)
+    rows = [_task_row(task) for task in dataset]
+    counts = {str(kind): 0 for kind in TaskKind}
+    for row in rows:
+        counts[row["kind"]] += 1
+    ok = counts[TaskKind.INVALID] == 0
+    if args.json:
+        report = {"root": str(dataset.root), "ok": ok, "counts": counts, "tasks": rows}
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return EXIT_OK if ok else EXIT_PROBLEMS
+    table = [["TASK", "KIND", "IMAGE", "AGENT_S", "VERIFIER_S", "BUILD_S", "PROBLEMS"]]
+    table += [
+        [
+            row["task"],
+            row["kind"],
+            _image_text(row["image"]),
+            _seconds(row["agent_timeout_sec"]),
+            _seconds(row["verifier_timeout_sec"]),
+            _seconds(row["build_timeout_sec"]),
+            "; ".join(row["problems"]) or "-",
+        ]
+        for row in rows
+    ]
+    _print_table(table, sys.stdout)
+    summary = ", ".join(f"{count} {kind}" for kind, count in counts.items())
+    verdict = "ok" if ok else f"{counts[TaskKind.INVALID]} invalid task(s) must be fixed"
+    print(f"{len(rows)} tasks in {dataset.root}: {summary} ({verdict})")
+    return EXIT_OK if ok else EXIT_PROBLEMS
+
+
+# -- check ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckResult:
+    """One task's two episodes (``seconds`` adds both up); ``problems`` are dataset bugs."""
+
+    task: str
+    nop: float | None = None
+    oracle: float | None = None
+    nop_error: str | None = None
+    oracle_error: str | None = None
+    seconds: float = 0.0
+    ok: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    def judge(self) -> None:
+        """Fill ``problems`` and ``ok`` from the two rewards."""
+        if self.oracle is None:
+            self.problems.append(
+                f"{self.task}: the oracle episode has no reward: {self.oracle_error}"
+            )
+        elif self.oracle < 1.0:
+            detail = f" ({self.oracle_error})" if self.oracle_error else ""
+            self.problems.append(
+                f"{self.task}: the oracle scored {self.oracle:g}, not 1.0: solution/solve.sh does"
+                f" not solve the task{detail}"
+            )
+        if self.nop is None:
+            self.problems.append(f"{self.task}: the no-op episode has no reward: {self.nop_error}")
+        elif self.nop >= 1.0:
+            self.problems.append(
+                f"{self.task}: the no-op episode scored {self.nop:g}: the verifier passes without"
+                " the task being done"
+            )
+        self.ok = not self.problems
+
+
+class _Progress:
+    """One updating line on a terminal; a line per finished task otherwise (CI logs)."""
+
+    def __init__(self, total: int, out: TextIO = sys.stderr) -> None:
+        self.total, self.done, self.failed = total, 0, 0
+        self._out = out
+        self._tty = out.isatty()
+        self._started = time.monotonic()
+
+    def update(self, result: CheckResult) -> None:
+        self.done += 1
+        self.failed += not result.ok
+        elapsed = time.monotonic() - self._started
+        line = (
+            f"checked {self.done}/{self.total} ({self.failed} with problems, {elapsed:.0f} s)"
+            f" {result.task}: {'ok' if result.ok else 'PROBLEM'}"
+        )
+        if self._tty:
+            self._out.write("\r\033[K" + line)
+        else:
+            self._out.write(line + "\n")
+        self._out.flush()
+
+    def finish(self) -> None:
+        if self._tty and self.done:
+            self._out.write("\r\033[K")
+            self._out.flush()
+
+
+class _Checker:
+    """Runs episodes on one ``Runtime``; stops starting new work once ``stop`` is set."""
+
+    def __init__(self, runtime: Any, token: str) -> None:
+        self.runtime = runtime
+        self.token = token
+        self.stop = threading.Event()
+
+    def episode(self, task_id: str, oracle: bool) -> tuple[float | None, str | None, float]:
+        """One episode: its reward, what went wrong (if anything) and how long it took."""
+        from .environment import HarborEnvironment
+
+        started = time.monotonic()
+        env = HarborEnvironment(self.runtime)
+        try:
+            reward, error = self._run(
+                env, task_id, ("solve", "evaluate") if oracle else ("evaluate",)
+            )
+        except Exception as exc:  # the engine failing must not stop the other tasks
+            reward, error = None, f"{type(exc).__name__}: {exc}"
+        finally:
+            env.close()
+        return reward, error, time.monotonic() - started
+
+    def _run(
+        self, env: Any, task_id: str, actions: tuple[str, ...]
+    ) -> tuple[float | None, str | None]:
+        """reset, then ``actions``; the last observation's reward and every error on the way."""
+        from .models import HarborAction
+
+        if self.stop.is_set():
+            return None, "interrupted"
+        obs = env.reset(task_id=task_id)
+        if obs.error:
+            return None, f"reset: {obs.error}"
+        notes = []
+        for action in actions:
+            if self.stop.is_set():
+                return None, "interrupted"
+            obs = env.step(HarborAction(action_type=action, token=self.token))
+            if obs.error:
+                notes.append(f"{action}: {obs.error}")
+            elif action == "solve" and obs.exit_code:
+                notes.append(f"solve.sh exited with {obs.exit_code}")
+        return obs.reward, "; ".join(notes) or None
+
+
+def _select(dataset: Dataset, wanted: list[str] | None) -> tuple[list[Task], list[CheckResult]]:
+    """Runnable tasks to check, and failed results for invalid tasks and named ones that cannot run.
+
+    Other text-only and unsupported tasks are skipped: validate does not fail them either.
+    """
+    if wanted:
+        unknown = [task_id for task_id in wanted if task_id not in dataset]
+        if unknown:
+            raise UsageError(f"{dataset.root}: no task {unknown[0]!r} in this dataset")
+        tasks = [dataset[task_id] for task_id in dict.fromkeys(wanted)]
+    else:
+        tasks = list(dataset)
+    runnable, refused = [], []
+    for task in tasks:
+        if task.kind is TaskKind.RUNNABLE:
+            runnable.append(task)
+        elif wanted or task.kind is TaskKind.INVALID:
+            why = "; ".join(task.problems) or "nothing to run in a container"
+            refused.append(CheckResult(task.id, problems=[f"{task.id}: is {task.kind}: {why}"]))
+        else:
+            print(f"skipped {task.id} ({task.kind})", file=sys.stderr)
+    return runnable, refused
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
+        raise UsageError(f"--json {args.json}: its folder does not exist")
+    dataset = _open_dataset(args.dataset)
+    tasks, results = _select(dataset, args.task)
+    started = time.monotonic()
+    if tasks:
+        results += _check_in_docker(dataset.root, tasks, args.jobs)
+    order = {task_id: index for index, task_id in enumerate(dataset.ids)}
+    results.sort(key=lambda result: order[result.task])
+    _report_check(results, args.json, time.monotonic() - started)
+    return EXIT_OK if all(result.ok for result in results) else EXIT_PROBLEMS
+
+
+def _check_in_docker(root: Path, tasks: list[Task], jobs: int) -> list[CheckResult]:
+    """Check ``tasks`` on one in-process runtime; its containers go even on Ctrl-C or SIGTERM."""
+    try:
+        from .environment import Runtime, Settings
+    except ImportError as exc:
+        raise UsageError(
+            f"check needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
+        ) from None
+    token = secrets.token_urlsafe(16)
+    runtime = Runtime(root, Settings(orchestration_token=token))
+    try:
+        runtime.docker.ping()
+    except Exception as exc:
+        raise UsageError(f"cannot reach the Docker engine: {exc}") from None
+    checker = _Checker(runtime, token)
+    previous = _on_sigterm(_interrupt)
+    try:
+        return _run_checks(checker, tasks, jobs)
+    finally:
+        _on_sigterm(previous)
+        checker.stop.set()
+        runtime.shutdown()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install a SIGTERM handler (main thread only); returns the previous one."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _run_checks(checker: _Checker, tasks: list[Task], jobs: int) -> list[CheckResult]:
+    """Both episodes of every task on ``jobs`` workers; containers go even on Ctrl-C."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    pending = {task.id: CheckResult(task.id) for task in tasks}
+    halves = dict.fromkeys(pending, 0)
+    progress = _Progress(len(tasks))
+    results = []
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="check")
+    try:
+        futures = {
+            pool.submit(checker.episode, task.id, oracle): (task.id, oracle)
+            for task in tasks
+            for oracle in (False, True)
+        }
+        for future in as_completed(futures):
+            task_id, oracle = futures[future]
+            reward, error, seconds = future.result()
+            result = pending[task_id]
+            if oracle:
+                result.oracle, result.oracle_error = reward, error
+            else:
+                result.nop, result.nop_error = reward, error
+            result.seconds = round(result.seconds + seconds, 2)
+            halves[task_id] += 1
+            if halves[task_id] == 2:
+                result.judge()
+                results.append(result)
+                progress.update(result)
+    except BaseException:
+        checker.stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        checker.runtime.shutdown()  # running episodes fail fast once their containers are gone
+        raise
+    finally:
+        progress.finish()
+        pool.shutdown(wait=True)
+    return results
+
+
+def _reward_text(value: float | None) -> str:
+    return "None" if value is None else f"{value:g}"
+
+
+def _report_check(results: list[CheckResult], json_target: str | None, seconds: float) -> None:
+    out = sys.stderr if json_target == "-" else sys.stdout
+    if results:
+        table = [["TASK", "NOP", "ORACLE", "SECONDS", "STATUS"]]
+        table += [
+            [
+                r.task,
+                _reward_text(r.nop),
+                _reward_text(r.oracle),
+                f"{r.seconds:.1f}",
+                "ok" if r.ok else "PROBLEM",
+            ]
+            for r in results
+        ]
+        _print_table(table, out)
+    problems = [line for r in results for line in r.problems]
+    for line in problems:
+        print(line, file=out)
+    failed = sum(not r.ok for r in results)
+    print(
+        f"{len(results)} tasks checked in {seconds:.1f} s: {len(results) - failed} ok,"
+        f" {failed} with problems",
+        file=out,
+    )
+    if json_target:
+        text = json.dumps([asdict(r) for r in results], indent=2) + "\n"
+        if json_target == "-":
+            sys.stdout.write(text)
+        else:
+            Path(json_target).write_text(text, encoding="utf-8")
+
+
+# -- serve ---------------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    tasks = args.tasks or Path(os.environ.get("HARBOR_OPENENV_TASKS") or ".")
+    root = _open_dataset(tasks).root
+    if args.token:
+        os.environ["HARBOR_OPENENV_ORCHESTRATION_TOKEN"] = args.token
+    try:
+        import uvicorn
+
+        from .app import build_app
+    except ImportError as exc:
+        raise UsageError(
+            f"serve needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
+        ) from None
+    try:
+        app = build_app(root)
+    except ValueError as exc:  # a malformed HARBOR_OPENENV_* variable
+        raise UsageError(str(exc)) from None
+    if app.state.runtime.settings.orchestration_token is None:
+        print(
+            "note: no --token (or HARBOR_OPENENV_ORCHESTRATION_TOKEN): evaluate and solve are"
+            " refused",
+            file=sys.stderr,
+        )
+    print(f"serving {root} on http://{args.host}:{args.port}", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port)
+    return EXIT_OK
+
+
+# -- entry point ---------------------------------------------------------------------------------
+
+_DATASET_HELP = "a dataset folder: tasks at its root or under its tasks/ folder"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harbor-openenv",
+        description="Validate, check and serve Harbor task datasets as an OpenEnv environment.",
+    )
+    parser.add_argument("--version", action="version", version=f"harbor-openenv {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = commands.add_parser(
+        "validate",
+        help="parse every task and report its kind, image and timeouts",
+        description="Parse every task.toml and report each task's kind, image source, timeouts"
+        " and problems. Exits 1 when a task is invalid; unsupported and text-only tasks are"
+        " reported but do not fail. Needs no Docker.",
+    )
+    validate.add_argument("dataset", type=Path, metavar="DATASET", help=_DATASET_HELP)
+    validate.add_argument("--json", action="store_true", help="print a JSON report instead")
+    validate.set_defaults(run=cmd_validate)
+
+    check = commands.add_parser(
+        "check",
+        help="run a no-op and an oracle episode of every runnable task in Docker",
+        description="For every runnable task, run a no-op episode (reset, evaluate) and an oracle"
+        " episode (reset, solve, evaluate) in containers. Exits 1 when an oracle does not score"
+        " 1.0, a no-op scores 1.0, a verifier writes no reward, or a task is invalid; text-only"
+        " and unsupported tasks are skipped unless named with --task.",
+    )
+    check.add_argument("dataset", type=Path, metavar="DATASET", help=_DATASET_HELP)
+    check.add_argument("--jobs", "-j", type=int, default=2, help="episodes at once (default 2)")
+    check.add_argument(
+        "--json", metavar="FILE", help="also write the results as JSON to FILE ('-': stdout)"
+    )
+    check.add_argument(
+        "--task", action="append", metavar="ID", help="check only this task (repeatable)"
+    )
+    check.set_defaults(run=cmd_check)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the environment server on a local dataset (no image build)",
+        description="Serve TASKS (default: $HARBOR_OPENENV_TASKS or the current folder) with"
+        " uvicorn. HARBOR_OPENENV_* variables apply as in the image.",
+    )
+    serve.add_argument("tasks", type=Path, nargs="?", metavar="TASKS", help=_DATASET_HELP)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--token", help="orchestration token enabling evaluate/solve")
+    serve.set_defaults(run=cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns (and, as a script, exits with) the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except UsageError as exc:
+        print(f"harbor-openenv {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"\nharbor-openenv {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
