@@ -10,7 +10,7 @@ parser, print a summary, and stop with exit code 1 before writing anything when 
 tasks.sha256, copy a wheel pin into wheels/ and fill the dataset summary into README.md.
 
 It runs on copier's Python, which has pydantic (a copier dependency) but not the runtime's server
-extras, so it imports only harbor_openenv.dataset and harbor_openenv.manifest, from the template's
+extras, so it imports only harbor_openenv.dataset, .manifest and .sync, from the template's
 runtime/src, without running the package's __init__ (which may import the server stack).
 """
 
@@ -25,21 +25,19 @@ import types
 from pathlib import Path
 
 RUNTIME_SRC = Path(__file__).resolve().parents[1] / "runtime" / "src"
-SUMMARY_START = "<!-- harbor-openenv:dataset-summary:start"
-SUMMARY_END = "<!-- harbor-openenv:dataset-summary:end -->"
 PROGRESS_FROM = 500  # show progress for datasets with more files than this
 
 
 def _import_runtime() -> tuple[types.ModuleType, types.ModuleType]:
-    """Import harbor_openenv.dataset and .manifest from the template's runtime/src."""
+    """Import harbor_openenv.manifest and .sync from the template's runtime/src."""
     package_dir = RUNTIME_SRC / "harbor_openenv"
     if "harbor_openenv" not in sys.modules:
         package = types.ModuleType("harbor_openenv")
         package.__path__ = [str(package_dir)]
         sys.modules["harbor_openenv"] = package
     return (
-        importlib.import_module("harbor_openenv.dataset"),
         importlib.import_module("harbor_openenv.manifest"),
+        importlib.import_module("harbor_openenv.sync"),
     )
 
 
@@ -72,78 +70,30 @@ class Progress:
             )
 
 
-def summarize(dataset, root: Path) -> tuple[dict[str, list], str]:
-    """Classify every task; return the tasks by kind and the Markdown summary for README.md."""
-    by_kind: dict[str, list] = {"runnable": [], "text-only": [], "unsupported": [], "invalid": []}
-    for task in dataset:
-        by_kind[str(task.kind.value)].append(task)
-    total = len(dataset)
-    lines = [
-        f"This environment serves **{total}** task{'s' if total != 1 else ''}:",
-        "",
-        "| Kind | Count |",
-        "|---|---|",
-        f"| runnable (Docker container per episode) | {len(by_kind['runnable'])} |",
-        f"| text-only (scored client-side against `solution/patch.diff`) "
-        f"| {len(by_kind['text-only'])} |",
-        f"| unsupported by this runtime (listed, not runnable) | {len(by_kind['unsupported'])} |",
-        "",
-    ]
-    shown = 50
-    for kind, label in (("text-only", "Text-only tasks"), ("unsupported", "Unsupported tasks")):
-        tasks = by_kind[kind]
-        if tasks:
-            names = ", ".join(f"`{t.id}`" for t in tasks[:shown])
-            more = f" and {len(tasks) - shown} more" if len(tasks) > shown else ""
-            lines.append(f"{label}: {names}{more}.")
-            lines.append("")
-    return by_kind, "\n".join(lines).rstrip() + "\n"
-
-
-def write_summary(readme: Path, summary: str) -> None:
-    """Replace the text between the README's summary markers (left alone when they are gone)."""
-    if not readme.is_file():
-        return
-    text = readme.read_text(encoding="utf-8")
-    start = text.find(SUMMARY_START)
-    end = text.find(SUMMARY_END)
-    if start < 0 or end < start:
-        print("  README.md has no dataset summary markers; summary not written", file=sys.stderr)
-        return
-    start = text.index("\n", start) + 1
-    readme.write_text(text[:start] + summary + text[end:], encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, type=Path, help="dataset folder (absolute)")
     parser.add_argument("--dest", default=Path("."), type=Path, help="the new project")
     parser.add_argument("--wheel", default="", help="wheel file to copy into wheels/ ('' = none)")
     args = parser.parse_args(argv)
-    dataset_mod, manifest_mod = _import_runtime()
+    manifest_mod, sync = _import_runtime()
 
     source = args.dataset
     if not source.is_absolute():
         fail(f"dataset path {source} is not absolute (the template passes an absolute path)")
-    if not source.is_dir():
-        fail(f"dataset folder not found: {source}")
-    try:
-        root = dataset_mod.find_tasks_root(source)
-        dataset = dataset_mod.Dataset(root)
-        ids = dataset.ids
-    except dataset_mod.DatasetError as exc:
-        fail(f"{exc}\nGive the folder that holds the task folders (at its root or under tasks/).")
-    if not ids:
-        fail(f"no task found under {root}")
     wheel = Path(args.wheel).expanduser() if args.wheel else None
     if wheel is not None and not wheel.is_file():
         fail(f"runtime_pin: wheel file not found: {wheel} (python -m build --wheel runtime)")
+    try:
+        dataset, by_kind = sync.open_dataset(source)
+    except sync.SyncError as exc:
+        fail(str(exc).replace("try again", "run copier again"))
+    root, count = dataset.root, len(dataset)
 
-    print(f"Dataset: {root} ({len(ids)} task{'s' if len(ids) != 1 else ''})", file=sys.stderr)
-    by_kind, summary = summarize(dataset, root)
+    print(f"Dataset: {root} ({count} task{'s' if count != 1 else ''})", file=sys.stderr)
     print(
         f"  runnable: {len(by_kind['runnable'])}, text-only: {len(by_kind['text-only'])}, "
-        f"unsupported: {len(by_kind['unsupported'])}, invalid: {len(by_kind['invalid'])}",
+        f"unsupported: {len(by_kind['unsupported'])}",
         file=sys.stderr,
     )
     if by_kind["text-only"]:
@@ -156,12 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     for task in by_kind["unsupported"]:
         for problem in task.problems:
             print(f"  WARNING (unsupported, kept but not runnable): {problem}", file=sys.stderr)
-    if by_kind["invalid"]:
-        problems = [p for task in by_kind["invalid"] for p in task.problems]
-        fail(
-            f"{len(by_kind['invalid'])} invalid task(s) in {root}; fix them (or remove them from"
-            " the dataset) and run copier again:\n  " + "\n  ".join(problems)
-        )
 
     dest = args.dest.resolve()
     tasks_dir = dest / "tasks"
@@ -178,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         (dest / "wheels").mkdir(exist_ok=True)
         shutil.copyfile(wheel, dest / "wheels" / wheel.name)
         print(f"  copied {wheel.name} into wheels/", file=sys.stderr)
-    write_summary(dest / "README.md", summary)
+    if not sync.write_summary(dest / "README.md", sync.summary_markdown(by_kind)):
+        print("  README.md has no dataset summary markers; summary not written", file=sys.stderr)
     return 0
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,6 +17,7 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache"
 FIXTURE_TASKS = ROOT / "tests" / "fixtures" / "tasks"
 TOKEN = "test-orchestration-token"
 # The stand-in base images the fixture Dockerfiles start FROM; .ci/standin-images.sh builds them
@@ -130,10 +133,15 @@ def server(docker_client) -> Iterator[Server]:
 
 def runtime_containers(client, owner_prefix: str | None = None) -> list:
     """This runtime's containers, optionally only those of one server process."""
-    containers = client.containers.list(all=True, filters={"label": "harbor-openenv"})
+    # The low-level list, which does not inspect (and 404 on) containers removed meanwhile.
+    containers = client.api.containers(all=True, filters={"label": "harbor-openenv"})
     if owner_prefix is None:
         return containers
-    return [c for c in containers if c.labels["harbor-openenv.owner"].startswith(owner_prefix)]
+    return [
+        c
+        for c in containers
+        if c["Labels"].get("harbor-openenv.owner", "").startswith(owner_prefix)
+    ]
 
 
 def wait_until(predicate, timeout: float = 20, interval: float = 0.2) -> bool:
@@ -143,3 +151,75 @@ def wait_until(predicate, timeout: float = 20, interval: float = 0.2) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+# -- wheels for offline image builds ---------------------------------------------------------------
+
+
+def build_runtime_wheel(runtime_dir: Path, out: Path) -> Path:
+    """A wheel of the runtime package in ``runtime_dir``."""
+    subprocess.run(
+        ["uv", "build", "--wheel", "--out-dir", str(out), str(runtime_dir)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = out.glob("harbor_openenv-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def runtime_wheel(tmp_path_factory) -> Path:
+    """A wheel of the runtime as it is in this checkout."""
+    return build_runtime_wheel(ROOT / "runtime", tmp_path_factory.mktemp("runtime-wheel"))
+
+
+def image_python(docker_client, image: str) -> str:
+    output = docker_client.containers.run(
+        image,
+        ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        remove=True,
+        network_mode="none",
+    )
+    return output.decode().strip()
+
+
+@pytest.fixture(scope="session")
+def dependency_wheels(docker_client, runtime_wheel) -> Path:
+    """Wheels of the server extra's dependencies for the base image's Python, cached by content.
+
+    They are fetched on the host, where the package index is reachable; the image build then
+    runs with no network at all, as it would behind a firewall.
+    """
+    version = image_python(docker_client, "python:3.12-slim")
+    host = "{}.{}".format(*sys.version_info[:2])
+    if version != host:
+        pytest.fail(f"the base image has Python {version}; build wheels with Python {version}")
+    key = hashlib.sha256((ROOT / "runtime" / "pyproject.toml").read_bytes()).hexdigest()[:12]
+    folder = CACHE / f"wheels-py{version}-{key}"
+    if not (folder / ".complete").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                # pip wheel: wheels as published, and wheels built here from sdist-only packages
+                *(sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(folder)),
+                f"harbor-openenv[server] @ {runtime_wheel.as_uri()}",
+            ],
+            check=True,
+        )
+        for wheel in folder.glob("harbor_openenv-*.whl"):
+            wheel.unlink()  # the runtime itself comes from the rendered repo's wheels/
+        sdists = [p.name for p in folder.iterdir() if not p.name.endswith((".whl", ".complete"))]
+        assert not sdists, f"only wheels install offline without build tools: {sdists}"
+        (folder / ".complete").touch()
+    return folder
+
+
+def add_wheels(source: Path, wheels: Path) -> None:
+    """Put every wheel of ``source`` into a build context's wheels/ as real files."""
+    for wheel in source.glob("*.whl"):
+        try:  # Docker does not follow symlinks out of a build context
+            os.link(wheel, wheels / wheel.name)
+        except FileExistsError:
+            pass
+        except OSError:
+            shutil.copy2(wheel, wheels / wheel.name)

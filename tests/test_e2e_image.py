@@ -7,9 +7,6 @@ mounted on the host network, and play episodes over the WebSocket API with the r
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,63 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ROOT, TOKEN, free_port, runtime_containers, wait_until
+from conftest import ROOT, TOKEN, add_wheels, free_port, runtime_containers, wait_until
 
 pytestmark = pytest.mark.docker
-CACHE = ROOT / ".cache"
-
-
-def image_python(docker_client, image: str) -> str:
-    output = docker_client.containers.run(
-        image,
-        ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        remove=True,
-        network_mode="none",
-    )
-    return output.decode().strip()
-
-
-@pytest.fixture(scope="session")
-def runtime_wheel(tmp_path_factory) -> Path:
-    """A wheel of the runtime as it is in this checkout."""
-    out = tmp_path_factory.mktemp("runtime-wheel")
-    subprocess.run(
-        ["uv", "build", "--wheel", "--out-dir", str(out), str(ROOT / "runtime")],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = out.glob("harbor_openenv-*.whl")
-    return wheel
-
-
-@pytest.fixture(scope="session")
-def dependency_wheels(docker_client, runtime_wheel) -> Path:
-    """Wheels of the server extra's dependencies for the base image's Python, cached by content.
-
-    They are fetched on the host, where the package index is reachable; the image build then
-    runs with no network at all, as it would behind a firewall.
-    """
-    version = image_python(docker_client, "python:3.12-slim")
-    host = "{}.{}".format(*sys.version_info[:2])
-    if version != host:
-        pytest.fail(f"the base image has Python {version}; build wheels with Python {version}")
-    key = hashlib.sha256((ROOT / "runtime" / "pyproject.toml").read_bytes()).hexdigest()[:12]
-    folder = CACHE / f"wheels-py{version}-{key}"
-    if not (folder / ".complete").exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                *(sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(folder)),
-                f"harbor-openenv[server] @ {runtime_wheel.as_uri()}",
-            ],
-            check=True,
-        )
-        for wheel in folder.glob("harbor_openenv-*.whl"):
-            wheel.unlink()  # the runtime itself comes from the rendered repo's wheels/
-        sdists = [p.name for p in folder.iterdir() if not p.name.endswith((".whl", ".complete"))]
-        assert not sdists, f"only wheels install offline without build tools: {sdists}"
-        (folder / ".complete").touch()
-    return folder
 
 
 @pytest.fixture(scope="session")
@@ -103,11 +46,7 @@ def rendered_env(tmp_path_factory, runtime_wheel, dependency_wheels) -> tuple[Pa
     )
     wheels = destination / "wheels"
     assert (wheels / runtime_wheel.name).is_file()  # copied by the copy task for a wheel pin
-    for wheel in dependency_wheels.glob("*.whl"):
-        try:  # Docker does not follow symlinks out of a build context: real files only
-            os.link(wheel, wheels / wheel.name)
-        except OSError:
-            shutil.copy2(wheel, wheels / wheel.name)
+    add_wheels(dependency_wheels, wheels)
     return destination, port
 
 

@@ -181,12 +181,12 @@ def test_task_limits_workdir_and_network(server, docker_client):
         assert reset.observation.workdir == "/srv/project"  # task.toml overrides WORKDIR
         nets = env.exec("ls /sys/class/net").observation.output.split()
         assert nets == ["lo"]
-        (container,) = [
+        (info,) = [
             c
             for c in runtime_containers(docker_client, server.owner_prefix)
-            if c.labels["harbor-openenv.task"] == "limits"
+            if c["Labels"]["harbor-openenv.task"] == "limits"
         ]
-        host = container.attrs["HostConfig"]
+        host = docker_client.api.inspect_container(info["Id"])["HostConfig"]
         assert host["NanoCpus"] == 500_000_000
         assert host["Memory"] == 256 * 1024 * 1024  # legacy memory = "256M"
         assert host["NetworkMode"] == "none"  # allow_internet = false

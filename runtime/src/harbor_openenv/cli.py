@@ -411,6 +411,54 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- sync-tasks and update ----------------------------------------------------------------------
+
+
+def cmd_sync_tasks(args: argparse.Namespace) -> int:
+    from .sync import SyncError, sync_tasks
+
+    try:
+        report = sync_tasks(args.dataset, args.repo, force=args.force, dry_run=args.dry_run)
+    except SyncError as exc:
+        print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    for label, ids in (("added", report.added), ("changed", report.changed)):
+        for task_id in ids:
+            print(f"{label}: {task_id}")
+    for task_id in report.removed:
+        print(f"removed: {task_id}")
+    verb = "would change" if args.dry_run else "changed"
+    print(
+        f"{len(report.added)} added, {len(report.changed)} changed, {len(report.removed)} removed,"
+        f" {report.unchanged} unchanged ({verb} tasks/"
+        + ("; dry run, nothing written)" if args.dry_run else ", tasks.sha256 rewritten)")
+    )
+    return EXIT_OK
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    from .update import UpdateError, find_conflicts, run_copier_update
+
+    repo = args.repo.resolve()
+    if not (repo / ".copier-answers.yml").is_file():
+        raise UsageError(f"{repo}: no .copier-answers.yml; not a repo rendered by the template")
+    try:
+        run_copier_update(repo, args.vcs_ref, args.data or [])
+    except UpdateError as exc:
+        raise UsageError(str(exc)) from None
+    conflicts = find_conflicts(repo)
+    for line in conflicts:
+        print(f"conflict: {line}", file=sys.stderr)
+    if conflicts:
+        print(
+            f"{len(conflicts)} file(s) need a hand merge: resolve them, then commit",
+            file=sys.stderr,
+        )
+        return EXIT_PROBLEMS
+    print("updated without conflicts; rebuild the image", file=sys.stderr)
+    return EXIT_OK
+
+
 # -- entry point ---------------------------------------------------------------------------------
 
 _DATASET_HELP = "a dataset folder: tasks at its root or under its tasks/ folder"
@@ -464,6 +512,34 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument("--token", help="orchestration token enabling evaluate/solve")
     serve.set_defaults(run=cmd_serve)
+
+    sync = commands.add_parser(
+        "sync-tasks",
+        help="re-sync an environment repo's tasks/ from a dataset",
+        description="Make tasks/ of an environment repo a byte-for-byte copy of DATASET and"
+        " rewrite tasks.sha256 and the README's dataset summary; reports added, changed and"
+        " removed tasks. Refuses when tasks/ has local changes (files differing from"
+        " tasks.sha256) unless --force, and refuses datasets with invalid tasks.",
+    )
+    sync.add_argument("dataset", type=Path, metavar="DATASET", help=_DATASET_HELP)
+    sync.add_argument(
+        "--repo", type=Path, default=Path("."), help="the environment repo (default: here)"
+    )
+    sync.add_argument("--force", action="store_true", help="discard local changes to tasks/")
+    sync.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    sync.set_defaults(run=cmd_sync_tasks)
+
+    update = commands.add_parser(
+        "update",
+        help="copier update an environment repo, failing on conflicts copier leaves",
+        description="Run `copier update --trust --defaults --conflict inline` in REPO, then fail"
+        " (exit 1) when unmerged files, conflict markers or .rej files remain, which copier"
+        " itself exits 0 on. Change an answer with -d KEY=VALUE (e.g. -d runtime_pin=...).",
+    )
+    update.add_argument("repo", type=Path, nargs="?", default=Path("."), metavar="REPO")
+    update.add_argument("--vcs-ref", help="template version to update to (default: newest tag)")
+    update.add_argument("-d", "--data", action="append", metavar="KEY=VALUE")
+    update.set_defaults(run=cmd_update)
     return parser
 
 

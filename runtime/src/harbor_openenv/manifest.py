@@ -25,6 +25,8 @@ __all__ = [
     "CopyError",
     "copy_tasks",
     "file_sha256",
+    "listed_files",
+    "read_manifest",
     "verify_manifest",
     "write_manifest",
 ]
@@ -160,8 +162,8 @@ def _unescape(name: str) -> str:
     return "".join(out)
 
 
-def _manifest_files(tasks_dir: Path, manifest: Path) -> list[tuple[str, Path]]:
-    """Sorted (path relative to the manifest's directory, absolute path) of the files to list."""
+def listed_files(tasks_dir: Path, manifest: Path) -> list[tuple[str, Path]]:
+    """The files a manifest lists for tasks_dir: (path relative to the manifest, absolute path)."""
     base = manifest.parent.resolve()
     manifest_abs = base / manifest.name
     files = []
@@ -181,7 +183,7 @@ def write_manifest(tasks_dir: Path, manifest: Path) -> int:
     Paths are relative to the manifest's directory (`tasks/<task>/task.toml` for the usual layout).
     """
     tasks_dir, manifest = Path(tasks_dir), Path(manifest)
-    files = _manifest_files(tasks_dir, manifest)
+    files = listed_files(tasks_dir, manifest)
     lines = []
     for rel, path in files:
         prefix, name = _escape(rel)
@@ -193,7 +195,8 @@ def write_manifest(tasks_dir: Path, manifest: Path) -> int:
     return len(files)
 
 
-def _parse(manifest: Path) -> tuple[dict[str, str], list[str]]:
+def read_manifest(manifest: Path) -> tuple[dict[str, str], list[str]]:
+    """The manifest's ``{path: sha256}`` entries and the lines it could not read."""
     entries: dict[str, str] = {}
     problems: list[str] = []
     text = manifest.read_text(encoding="utf-8", errors="surrogateescape")
@@ -222,11 +225,11 @@ def verify_manifest(manifest: Path, under: str | None = None) -> list[str]:
     if not manifest.is_file():
         return [f"{manifest}: manifest not found"]
     base = manifest.parent
-    entries, problems = _parse(manifest)
+    entries, problems = read_manifest(manifest)
     if under is not None:
         prefix = under.strip("/") + "/"
         entries = {rel: digest for rel, digest in entries.items() if rel.startswith(prefix)}
-        extras = _manifest_files(base / prefix, manifest) if (base / prefix).is_dir() else []
+        extras = listed_files(base / prefix, manifest) if (base / prefix).is_dir() else []
         problems += [
             f"extra: {rel} (not in {manifest.name})" for rel, _ in extras if rel not in entries
         ]
@@ -241,7 +244,7 @@ def verify_manifest(manifest: Path, under: str | None = None) -> list[str]:
     roots = {rel.split("/", 1)[0] for rel in entries if "/" in rel and not rel.startswith("../")}
     for root in sorted(roots) if under is None else ():
         if (base / root).is_dir():
-            for rel, _ in _manifest_files(base / root, manifest):
+            for rel, _ in listed_files(base / root, manifest):
                 if rel not in entries:
                     problems.append(f"extra: {rel} (not in {manifest.name})")
     return problems

@@ -1,0 +1,185 @@
+"""An environment repo's tasks/ and a dataset: check, summarise, and copy or re-sync.
+
+Used by the template's copy task (inside copier's Python, so standard library and pydantic only)
+and by ``harbor-openenv sync-tasks``, which refreshes tasks/ from a dataset after ``copier
+update`` (which never copies the dataset again).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .dataset import Dataset, DatasetError, Task, find_tasks_root
+from .manifest import (
+    MANIFEST_NAME,
+    CopyError,
+    copy_tasks,
+    file_sha256,
+    listed_files,
+    read_manifest,
+    verify_manifest,
+    write_manifest,
+)
+
+SUMMARY_START = "<!-- harbor-openenv:dataset-summary:start"
+SUMMARY_END = "<!-- harbor-openenv:dataset-summary:end -->"
+KINDS = ("runnable", "text-only", "unsupported", "invalid")
+
+
+class SyncError(Exception):
+    """The dataset or the environment repo cannot be used as asked; nothing was written."""
+
+
+def open_dataset(source: Path) -> tuple[Dataset, dict[str, list[Task]]]:
+    """The dataset under ``source`` with its tasks by kind; invalid or empty datasets raise."""
+    if not source.is_dir():
+        raise SyncError(f"dataset folder not found: {source}")
+    try:
+        dataset = Dataset(find_tasks_root(source))
+        ids = dataset.ids
+    except DatasetError as exc:
+        raise SyncError(
+            f"{exc}\nGive the folder that holds the task folders (at its root or under tasks/)."
+        ) from None
+    if not ids:
+        raise SyncError(f"no task found under {dataset.root}")
+    by_kind: dict[str, list[Task]] = {kind: [] for kind in KINDS}
+    for task in dataset:
+        by_kind[task.kind.value].append(task)
+    if by_kind["invalid"]:
+        problems = [p for task in by_kind["invalid"] for p in task.problems]
+        raise SyncError(
+            f"{len(by_kind['invalid'])} invalid task(s) in {dataset.root}; fix them (or remove"
+            " them from the dataset) and try again:\n  " + "\n  ".join(problems)
+        )
+    return dataset, by_kind
+
+
+def summary_markdown(by_kind: dict[str, list[Task]]) -> str:
+    """The dataset section of the environment's README."""
+    total = sum(len(tasks) for tasks in by_kind.values())
+    lines = [
+        f"This environment serves **{total}** task{'s' if total != 1 else ''}:",
+        "",
+        "| Kind | Count |",
+        "|---|---|",
+        f"| runnable (Docker container per episode) | {len(by_kind['runnable'])} |",
+        f"| text-only (scored client-side against `solution/patch.diff`) "
+        f"| {len(by_kind['text-only'])} |",
+        f"| unsupported by this runtime (listed, not runnable) | {len(by_kind['unsupported'])} |",
+        "",
+    ]
+    shown = 50
+    for kind, label in (("text-only", "Text-only tasks"), ("unsupported", "Unsupported tasks")):
+        tasks = by_kind[kind]
+        if tasks:
+            names = ", ".join(f"`{t.id}`" for t in tasks[:shown])
+            more = f" and {len(tasks) - shown} more" if len(tasks) > shown else ""
+            lines.append(f"{label}: {names}{more}.")
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_summary(readme: Path, summary: str) -> bool:
+    """Replace the text between the README's summary markers; False when they are gone."""
+    if not readme.is_file():
+        return False
+    text = readme.read_text(encoding="utf-8")
+    start, end = text.find(SUMMARY_START), text.find(SUMMARY_END)
+    if start < 0 or end < start:
+        return False
+    start = text.index("\n", start) + 1
+    readme.write_text(text[:start] + summary + text[end:], encoding="utf-8")
+    return True
+
+
+@dataclass
+class SyncReport:
+    """Task ids by what a sync does to them."""
+
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    readme_updated: bool = False
+
+
+def sync_tasks(
+    source: Path,
+    repo: Path,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> SyncReport:
+    """Make ``repo/tasks`` a byte-for-byte copy of the dataset at ``source``.
+
+    Refuses when tasks/ differs from the repo's tasks.sha256 (local changes would be lost) unless
+    ``force``; refuses invalid datasets; replaces tasks/ in one rename, then rewrites the manifest
+    and the README's dataset summary.
+    """
+    tasks_dir, manifest = repo / "tasks", repo / MANIFEST_NAME
+    if not manifest.is_file() or not tasks_dir.is_dir():
+        raise SyncError(
+            f"{repo}: no tasks/ and {MANIFEST_NAME} here; run this in an environment repo"
+            " rendered by the harbor-openenv template"
+        )
+    local = verify_manifest(manifest)
+    if local and not force:
+        shown = "\n  ".join(local[:20]) + ("\n  ..." if len(local) > 20 else "")
+        raise SyncError(
+            f"tasks/ has local changes that a sync would overwrite:\n  {shown}\n"
+            "Move them into the dataset, or pass --force to discard them."
+        )
+    dataset, by_kind = open_dataset(source)
+    report = _compare(dataset, tasks_dir, manifest)
+    if dry_run or not (report.added or report.changed or report.removed or local):
+        return report
+    incoming, outgoing = repo / ".tasks.sync-new", repo / ".tasks.sync-old"
+    for leftover in (incoming, outgoing):
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        copy_tasks(dataset.root, incoming, progress=progress)
+    except (CopyError, OSError) as exc:
+        shutil.rmtree(incoming, ignore_errors=True)
+        raise SyncError(f"cannot copy the dataset: {exc}") from None
+    os.rename(tasks_dir, outgoing)
+    os.rename(incoming, tasks_dir)
+    write_manifest(tasks_dir, manifest)
+    shutil.rmtree(outgoing)
+    report.readme_updated = write_summary(repo / "README.md", summary_markdown(by_kind))
+    return report
+
+
+def _compare(dataset: Dataset, tasks_dir: Path, manifest: Path) -> SyncReport:
+    """Which tasks the dataset adds, changes or removes relative to the manifest."""
+    old: dict[str, dict[str, str]] = {}
+    entries, _ = read_manifest(manifest)
+    old_ids = set(Dataset(tasks_dir).ids)
+    for rel, digest in entries.items():
+        parts = rel.removeprefix("tasks/").split("/")
+        for depth in range(1, len(parts)):
+            task_id = "/".join(parts[:depth])
+            if task_id in old_ids:
+                old.setdefault(task_id, {})["/".join(parts[depth:])] = digest
+                break
+    report = SyncReport()
+    for task_id in dataset.ids:
+        root = dataset.root / task_id
+        files = {
+            rel: file_sha256(path)
+            for rel, path in listed_files(root, root / MANIFEST_NAME)
+            if path.is_file()
+        }
+        if task_id not in old:
+            report.added.append(task_id)
+        elif files != old[task_id]:
+            report.changed.append(task_id)
+        else:
+            report.unchanged += 1
+    report.removed = sorted(set(old) - set(dataset.ids))
+    return report

@@ -1,0 +1,113 @@
+"""`harbor-openenv sync-tasks`: refresh a rendered repo's tasks/ from a changed dataset."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _template_helpers import tree_digest
+from conftest import ROOT
+
+from harbor_openenv.manifest import MANIFEST_NAME, verify_manifest
+
+EXAMPLE = ROOT / "examples" / "dataset"
+
+
+@pytest.fixture
+def setup(tmp_path) -> tuple[Path, Path]:
+    """A dataset copy and an environment repo rendered from it."""
+    dataset = tmp_path / "dataset"
+    shutil.copytree(EXAMPLE, dataset)
+    repo = tmp_path / "env"
+    result = subprocess.run(
+        [sys.executable, "-m", "copier", "copy", "--trust", "--defaults", "--quiet"]
+        + ["--vcs-ref", "HEAD", "-d", f"dataset_path={dataset}", str(ROOT), str(repo)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return dataset, repo
+
+
+def sync(dataset: Path, repo: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harbor_openenv.cli", "sync-tasks", str(dataset)]
+        + ["--repo", str(repo), *extra],
+        capture_output=True,
+        text=True,
+    )
+
+
+def change_dataset(dataset: Path) -> None:
+    tasks = dataset / "tasks"
+    shutil.copytree(tasks / "hello-world", tasks / "hello-again")
+    shutil.copytree(tasks / "hello-world", tasks / "more" / "hello-nested")
+    with (tasks / "word-count" / "instruction.md").open("a") as handle:
+        handle.write("\nCount hyphenated words once.\n")
+    shutil.rmtree(tasks / "fix-sum-bug")
+
+
+def test_sync_reports_and_applies_added_changed_removed(setup):
+    dataset, repo = setup
+    change_dataset(dataset)
+    readme_before = (repo / "README.md").read_text()
+
+    dry = sync(dataset, repo, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[:4] == [
+        "added: hello-again",
+        "added: more/hello-nested",
+        "changed: word-count",
+        "removed: fix-sum-bug",
+    ]
+    assert "dry run, nothing written" in dry.stdout
+    assert "hello-again" not in {p.name for p in (repo / "tasks").iterdir()}
+
+    done = sync(dataset, repo)
+    assert done.returncode == 0, done.stderr
+    assert "2 added, 1 changed, 1 removed, 3 unchanged" in done.stdout
+    assert tree_digest(repo / "tasks") == tree_digest(dataset / "tasks")
+    assert verify_manifest(repo / MANIFEST_NAME) == []
+    readme = (repo / "README.md").read_text()
+    assert "| runnable (Docker container per episode) | 4 |" in readme_before
+    assert "| runnable (Docker container per episode) | 5 |" in readme
+
+    again = sync(dataset, repo)
+    assert "0 added, 0 changed, 0 removed, 6 unchanged" in again.stdout
+
+
+def test_local_changes_are_refused_unless_forced(setup):
+    dataset, repo = setup
+    change_dataset(dataset)
+    edited = repo / "tasks" / "hello-world" / "tests" / "test.sh"
+    edited.write_text(edited.read_text() + "# local tweak\n")
+    before = tree_digest(repo / "tasks")
+
+    refused = sync(dataset, repo)
+    assert refused.returncode == 1
+    assert "local changes" in refused.stderr
+    assert "changed: tasks/hello-world/tests/test.sh" in refused.stderr
+    assert tree_digest(repo / "tasks") == before
+
+    forced = sync(dataset, repo, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert tree_digest(repo / "tasks") == tree_digest(dataset / "tasks")
+
+
+def test_an_invalid_dataset_changes_nothing(setup):
+    dataset, repo = setup
+    (dataset / "tasks" / "word-count" / "task.toml").write_text('[environment]\ncpus = "x"\n')
+    before = tree_digest(repo / "tasks")
+    result = sync(dataset, repo)
+    assert result.returncode == 1
+    assert "word-count/task.toml: [environment].cpus" in result.stderr
+    assert tree_digest(repo / "tasks") == before
+
+
+def test_not_an_environment_repo(tmp_path):
+    result = sync(EXAMPLE, tmp_path)
+    assert result.returncode == 1
+    assert "no tasks/ and tasks.sha256 here" in result.stderr

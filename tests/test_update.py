@@ -1,0 +1,273 @@
+"""`copier update` the way a user lives it: render an old release, edit, update, rebuild, serve.
+
+The template is cloned into a temporary folder with real tags: ``v0.1.0`` (this repository's
+first release, found by its commit when the clone has no tags) and ``v999.0.0`` on a commit of
+the working tree, a fake high version so that version-gated migrations would run (an update to
+an untagged HEAD runs none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from _template_helpers import tree_digest
+from conftest import (
+    ROOT,
+    TOKEN,
+    add_wheels,
+    build_runtime_wheel,
+    free_port,
+    wait_until,
+)
+
+OLD, NEW = "v0.1.0", "v999.0.0"
+EXAMPLE = ROOT / "examples" / "dataset"
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def commit_all(repo: Path, message: str) -> None:
+    git("add", "-A", cwd=repo)
+    git(
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.invalid",
+        "commit",
+        "-qm",
+        message,
+        cwd=repo,
+    )
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """A clone of this template with the old release tagged and the working tree as NEW."""
+    clone = tmp_path_factory.mktemp("template") / "harbor-openenv"
+    git("clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone), cwd=ROOT)
+    if OLD not in git("tag", "--list", cwd=clone).split():
+        release = git("log", "--format=%H", "-1", "--grep", f"^Release {OLD}$", cwd=clone)
+        assert release, f"the history holds no 'Release {OLD}' commit"
+        git("tag", OLD, release, cwd=clone)
+    # The working tree as it is, uncommitted changes included.
+    git("rm", "-rq", ".", cwd=clone)
+    files = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT)
+    for name in filter(None, files.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            target = clone / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    commit_all(clone, "the working tree")
+    git("tag", NEW, cwd=clone)
+    return clone
+
+
+def copier(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "copier", *args], cwd=cwd, capture_output=True, text=True
+    )
+
+
+def render_old(template: Path, destination: Path, port: int) -> Path:
+    result = copier(
+        "copy", "--trust", "--defaults", "--quiet", "--vcs-ref", OLD,
+        "-d", f"dataset_path={EXAMPLE}", "-d", f"port={port}",
+        str(template), str(destination),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    git("init", "-q", "-b", "main", cwd=destination)
+    commit_all(destination, "rendered from the template")
+    return destination
+
+
+def user_edits(repo: Path) -> dict[str, str]:
+    """A new file, an edited README paragraph and an extra dependency, committed."""
+    (repo / "notes").mkdir()
+    (repo / "notes" / "trainer.md").write_text("Our GRPO settings.\n")
+    readme = (repo / "README.md").read_text()
+    paragraph = "## Connect a trainer\n"
+    assert paragraph in readme
+    readme = readme.replace(paragraph, paragraph + "\nWe train with 16 sessions per node.\n")
+    (repo / "README.md").write_text(readme)
+    with (repo / "pyproject.toml").open("a") as handle:
+        handle.write('\n[project.optional-dependencies]\ntrain = ["numpy>=1.26"]\n')
+    commit_all(repo, "our changes")
+    return {
+        "notes/trainer.md": "Our GRPO settings.",
+        "README.md": "We train with 16 sessions per node.",
+        "pyproject.toml": 'train = ["numpy>=1.26"]',
+    }
+
+
+def update(repo: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Our tooling: copier update plus the conflict check copier leaves out."""
+    return subprocess.run(
+        [sys.executable, "-m", "harbor_openenv.cli", "update", str(repo), "--vcs-ref", NEW, *extra],
+        capture_output=True,
+        text=True,
+    )
+
+
+def no_conflict_markers(repo: Path) -> bool:
+    return not any(
+        b"<<<<<<<" in path.read_bytes()
+        for path in repo.rglob("*")
+        if path.is_file() and ".git" not in path.parts
+    )
+
+
+def test_update_moves_the_pin_keeps_user_edits_and_leaves_tasks_alone(template, tmp_path):
+    repo = render_old(template, tmp_path / "env", 8000)
+    assert "harbor-openenv[server]==0.1.0" in (repo / "pyproject.toml").read_text()
+    edits = user_edits(repo)
+    tasks_before = tree_digest(repo / "tasks")
+
+    result = update(repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    new_version = (ROOT / "runtime" / "src" / "harbor_openenv" / "_version.py").read_text()
+    new_version = new_version.split('"')[1]
+    for name in ("pyproject.toml", "Dockerfile"):
+        text = (repo / name).read_text()
+        assert f"harbor-openenv[server]=={new_version}" in text, name
+        assert "==0.1.0" not in text, name
+    assert f"_commit: {NEW}" in (repo / ".copier-answers.yml").read_text()
+    for name, snippet in edits.items():
+        assert snippet in (repo / name).read_text(), f"the user's edit of {name} was lost"
+    assert tree_digest(repo / "tasks") == tasks_before
+    assert no_conflict_markers(repo)
+    assert "runtime_version" not in (repo / ".copier-answers.yml").read_text()
+
+
+def test_explicit_pin_stays_and_can_be_changed_during_an_update(template, tmp_path):
+    repo = tmp_path / "env"
+    result = copier(
+        "copy", "--trust", "--defaults", "--quiet", "--vcs-ref", OLD,
+        "-d", f"dataset_path={EXAMPLE}", "-d", "runtime_pin=harbor-openenv>=0.1,<0.2",
+        str(template), str(repo),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    git("init", "-q", "-b", "main", cwd=repo)
+    commit_all(repo, "rendered")
+    result = update(repo)
+    assert result.returncode == 0, result.stderr
+    assert '"harbor-openenv[server]>=0.1,<0.2"' in (repo / "pyproject.toml").read_text()
+    commit_all(repo, "updated")
+
+    result = update(repo, "-d", "runtime_pin=harbor-openenv==0.2.0")
+    assert result.returncode == 0, result.stderr
+    assert '"harbor-openenv[server]==0.2.0"' in (repo / "pyproject.toml").read_text()
+    assert "runtime_pin: harbor-openenv==0.2.0" in (repo / ".copier-answers.yml").read_text()
+
+
+def test_a_real_conflict_is_reported_as_a_failure(template, tmp_path):
+    repo = render_old(template, tmp_path / "env", 8000)
+    pyproject = (repo / "pyproject.toml").read_text()
+    # The user hand-edits the very line the template changes.
+    pyproject = pyproject.replace(
+        '"harbor-openenv[server]==0.1.0"', '"harbor-openenv[server]==0.1.0", "numpy"'
+    )
+    (repo / "pyproject.toml").write_text(pyproject)
+    commit_all(repo, "pin by hand")
+    result = update(repo)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "conflict: pyproject.toml" in result.stderr
+    assert not no_conflict_markers(repo)
+
+
+@contextlib.contextmanager
+def serving(docker_client, image: str, port: int):
+    container = docker_client.containers.run(
+        image,
+        detach=True,
+        network_mode="host",
+        volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}},
+        environment={"HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN},
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        assert wait_until(healthy, timeout=120, interval=0.5), container.logs()
+        yield url
+    finally:
+        container.stop(timeout=20)
+        container.remove(force=True)
+
+
+def build(docker_client, repo: Path) -> str:
+    tag = f"harbor-openenv-update:{uuid.uuid4().hex[:8]}"
+    result = subprocess.run(
+        ["docker", "build", "--network", "none", "-t", tag, str(repo)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return tag
+
+
+@pytest.mark.docker
+def test_updated_environment_builds_and_serves_the_new_runtime(
+    template, tmp_path, docker_client, dependency_wheels
+):
+    """The same repo before and after the update, with one task edited by hand: the old
+    runtime serves the edited task; the new one refuses it because it no longer matches
+    tasks.sha256 (a check added after 0.1.0)."""
+    from harbor_openenv.client import HarborEnvClient
+
+    port = free_port()
+    repo = render_old(template, tmp_path / "env", port)
+    user_edits(repo)
+    with (repo / "tasks" / "hello-world" / "instruction.md").open("a") as handle:
+        handle.write("\nEdited by hand after rendering.\n")
+    commit_all(repo, "edit a task by hand")
+
+    old_source = tmp_path / "old-runtime"
+    git("worktree", "add", "-q", str(old_source), OLD, cwd=template)
+    old_wheel = build_runtime_wheel(old_source / "runtime", tmp_path / "old-wheel")
+    new_wheel = build_runtime_wheel(template / "runtime", tmp_path / "new-wheel")
+    images = []
+    try:
+        for wheel in (old_wheel, new_wheel):
+            if wheel is new_wheel:
+                for stale in (repo / "wheels").glob("*.whl"):
+                    stale.unlink()
+                result = update(repo)
+                assert result.returncode == 0, result.stdout + result.stderr
+            shutil.copy2(wheel, repo / "wheels" / wheel.name)
+            add_wheels(dependency_wheels, repo / "wheels")
+            images.append(build(docker_client, repo))
+
+        answers = []
+        for image in images:
+            with (
+                serving(docker_client, image, port) as url,
+                HarborEnvClient(url, orchestration_token=TOKEN) as env,
+            ):
+                answers.append(env.reset(task_id="hello-world").observation.error)
+                assert env.reset(task_id="word-count").observation.error is None
+                assert env.evaluate().reward == 0.0
+        old_error, new_error = answers
+        assert old_error is None
+        assert "do not match tasks.sha256" in new_error
+        assert "changed: tasks/hello-world/instruction.md" in new_error
+    finally:
+        for image in images:
+            docker_client.images.remove(image, force=True)
