@@ -109,13 +109,15 @@ def main(argv: list[str] | None = None) -> int:
 
     dest = args.dest.resolve()
     tasks_dir = dest / "tasks"
+    started = time.monotonic()
     try:
         manifest_mod.copy_tasks(root, tasks_dir, progress=Progress())
     except (manifest_mod.CopyError, OSError) as exc:
         fail(f"cannot copy the dataset: {exc}")
     count = manifest_mod.write_manifest(tasks_dir, dest / manifest_mod.MANIFEST_NAME)
     print(
-        f"  copied {count} files into tasks/; checksums in {manifest_mod.MANIFEST_NAME}",
+        f"  copied {count} files into tasks/ in {time.monotonic() - started:.2f} s;"
+        f" checksums in {manifest_mod.MANIFEST_NAME}",
         file=sys.stderr,
     )
     if wheel is not None:
