@@ -102,10 +102,11 @@ def git(*args: str, cwd: Path) -> str:
     ).stdout.strip()
 
 
-def commit_all(repo: Path, message: str) -> None:
+def commit_all(repo: Path, message: str, *, allow_empty: bool = False) -> None:
     git("add", "-A", cwd=repo)
     identity = ("-c", "user.name=t", "-c", "user.email=t@example.invalid")
-    git(*identity, "commit", "-qm", message, cwd=repo)
+    empty = ("--allow-empty",) if allow_empty else ()
+    git(*identity, "commit", "-qm", message, *empty, cwd=repo)
 
 
 def tagged_template_clone(clone: Path) -> Path:
@@ -129,6 +130,6 @@ def tagged_template_clone(clone: Path) -> Path:
             target = clone / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
-    commit_all(clone, "the working tree")
+    commit_all(clone, "the working tree", allow_empty=True)  # a clean checkout changes nothing
     git("tag", NEW, cwd=clone)
     return clone

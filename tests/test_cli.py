@@ -19,9 +19,11 @@ CLI = [sys.executable, "-m", "harbor_openenv.cli"]
 
 
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    result = subprocess.run(
         [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
     )
+    assert "Traceback" not in result.stderr, result.stderr  # a crash is never a verdict
+    return result
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:

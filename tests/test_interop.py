@@ -201,6 +201,8 @@ def test_web_interface_reset_and_run_a_command(docker_client, tmp_path) -> None:
                 viewport={"width": 1400, "height": 1000},
             )
             page = browser.new_page()
+            # Gradio builds the page in the browser; on a loaded machine that takes a while.
+            page.set_default_timeout(120_000)
             page.goto(f"{server.url}/web/")
             page.get_by_role("button", name="Reset").click()
             expect(page.get_by_text("hello-world", exact=True).first).to_be_visible(timeout=180_000)
