@@ -157,7 +157,7 @@ def test_image_sources_and_classification(tmp_path):
     kinds = {task.id: task.kind.value for task in dataset}
     assert kinds == {
         "allowlist": "unsupported",
-        "compose": "unsupported",
+        "compose": "runnable",
         "dockerfile": "runnable",
         "gpu": "unsupported",
         "local": "runnable",
@@ -165,13 +165,14 @@ def test_image_sources_and_classification(tmp_path):
         "no-tests": "invalid",
         "prebuilt": "runnable",
         "registry": "runnable",
-        "separate": "unsupported",
-        "steps": "unsupported",
+        "separate": "runnable",
+        "steps": "invalid",
         "text": "text-only",
         "windows": "unsupported",
     }
     assert "tests/test.sh: missing" in dataset["no-tests"].problems[0]
     assert "[environment].os = 'windows'" in dataset["windows"].problems[0]
+    assert "steps/one/instruction.md: missing" in dataset["steps"].problems[0]
 
 
 def test_find_tasks_root(tmp_path):

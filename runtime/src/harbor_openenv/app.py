@@ -7,6 +7,7 @@ Environment variables (all optional):
 - ``HARBOR_OPENENV_SESSION_TIMEOUT_S``: idle seconds before a session is reaped (default 1800)
 - ``HARBOR_OPENENV_EXEC_TIMEOUT_S``: default and cap of one exec (default 300)
 - ``HARBOR_OPENENV_MAX_OUTPUT_BYTES``: exec output kept per call (default 1 MiB)
+- ``HARBOR_OPENENV_MAX_WRITE_BYTES``: largest file content one write accepts (default 8 MiB)
 - ``HARBOR_OPENENV_PIDS_LIMIT``: most processes in one task container (default 4096)
 - ``HARBOR_OPENENV_ORCHESTRATION_TOKEN``: enables evaluate/solve for callers that send it
 - ``HARBOR_OPENENV_DEFAULT_TASK``: the task a reset without a choice starts
@@ -15,8 +16,10 @@ Environment variables (all optional):
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -49,10 +52,61 @@ def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
     return Settings(
         exec_timeout_s=number("HARBOR_OPENENV_EXEC_TIMEOUT_S", defaults.exec_timeout_s),
         max_output_bytes=number("HARBOR_OPENENV_MAX_OUTPUT_BYTES", defaults.max_output_bytes, int),
+        max_write_bytes=number("HARBOR_OPENENV_MAX_WRITE_BYTES", defaults.max_write_bytes, int),
         pids_limit=number("HARBOR_OPENENV_PIDS_LIMIT", defaults.pids_limit, int),
         orchestration_token=env.get("HARBOR_OPENENV_ORCHESTRATION_TOKEN") or None,
         default_task=env.get("HARBOR_OPENENV_DEFAULT_TASK") or None,
     )
+
+
+class _ObjectMessagesOnly:
+    """Turns WebSocket frames that are not a JSON object into a message OpenEnv refuses cleanly.
+
+    OpenEnv's ``/ws`` loop calls ``.get`` on whatever ``json.loads`` returns and reads frames as
+    text, so a JSON array, string or number, nesting deep enough to exhaust the parser, or a
+    binary frame would end the session. Rewritten, each gets an "Unknown message type" error
+    naming the problem and the session goes on.
+    """
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+
+        async def checked_receive():
+            message = await receive()
+            if message["type"] == "websocket.receive":
+                problem = _frame_problem(message.get("text"))
+                if problem:
+                    text = json.dumps({"type": f"invalid message ({problem})"})
+                    message = {"type": "websocket.receive", "text": text}
+            return message
+
+        await self.app(scope, checked_receive, send)
+
+
+_OBJECT_START = re.compile(r"\s*\{")
+
+
+def _frame_problem(text: str | None) -> str | None:
+    """Why a frame cannot be an OpenEnv message, or None (invalid JSON OpenEnv reports itself)."""
+    if text is None:
+        return "a binary frame; send JSON text"
+    is_object = _OBJECT_START.match(text) is not None
+    if is_object and text.count("[") + text.count("{") < 500:
+        return None  # the common case: no need to parse twice
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        return "JSON nested too deeply"
+    except ValueError:
+        return None
+    if isinstance(value, dict):
+        return None
+    return f"expected a JSON object, got {type(value).__name__}"
 
 
 def _default_tasks(caller_file: str | None) -> Path:
@@ -89,6 +143,7 @@ def build_app(
         state_cls=HarborState,
     )
     app.state.runtime = runtime
+    app.add_middleware(_ObjectMessagesOnly)
 
     def _remove_orphans() -> None:
         try:

@@ -11,9 +11,10 @@ import math
 import os
 import re
 import tomllib
+import unicodedata
 from enum import StrEnum
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -21,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 TASK_FILE = "task.toml"
 _CANARY_LINE = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([GMK])\s*$", re.IGNORECASE)
+_BAD_STEP_NAME = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
+_ENV_TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}")
 
 
 class DatasetError(Exception):
@@ -39,17 +42,54 @@ class _Table(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class VerifierConfig(_Table):
-    timeout_sec: float = 600.0
-    env: dict[str, str] = Field(default_factory=dict)
-    user: str | int | None = None
-    environment_mode: Literal["shared", "separate"] | None = None
-    environment: dict[str, Any] | None = None
+_NETWORK_MODE = Literal["public", "no-network", "allowlist"]
+
+
+class HealthcheckConfig(_Table):
+    """``[environment.healthcheck]``: run in the main container until it passes, as Harbor does."""
+
+    command: str
+    interval_sec: float = 5.0
+    timeout_sec: float = 30.0
+    start_period_sec: float = 0.0
+    start_interval_sec: float = 5.0
+    retries: int = 3
+
+
+class ArtifactConfig(_Table):
+    """An ``artifacts`` entry given as a table (a bare string is its ``source``)."""
+
+    source: str
+    destination: str | None = None
+    exclude: list[str] = Field(default_factory=list)
+    service: str | None = None
+
+    @field_validator("source")
+    @classmethod
+    def _no_parent(cls, value: str) -> str:
+        if ".." in PurePosixPath(value).parts:
+            raise ValueError(f"must not contain '..' components (got {value!r})")
+        return value
+
+
+def _finite_positive(value: float | None) -> float | None:
+    """Timeouts and sizes: a NaN, infinite or non-positive one is a task error, not a hang."""
+    if value is not None and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    if value is not None and value <= 0:
+        raise ValueError("must be greater than 0")
+    return value
 
 
 class AgentConfig(_Table):
     timeout_sec: float | None = None
     user: str | int | None = None
+    network_mode: _NETWORK_MODE | None = None
+
+    @field_validator("timeout_sec")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        return _finite_positive(value)
 
 
 class SolutionConfig(_Table):
@@ -67,9 +107,10 @@ class EnvironmentConfig(_Table):
     tpu: dict[str, Any] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
-    network_mode: Literal["public", "no-network", "allowlist"] = "public"
+    network_mode: _NETWORK_MODE = "public"
     allowed_hosts: list[str] | None = None
-    healthcheck: dict[str, Any] | None = None
+    healthcheck: HealthcheckConfig | None = None
+    mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -102,8 +143,59 @@ class EnvironmentConfig(_Table):
     @field_validator("memory_mb", "build_timeout_sec")
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
-        if value is not None and value <= 0:
-            raise ValueError("must be greater than 0")
+        return _finite_positive(value)
+
+
+class VerifierConfig(_Table):
+    timeout_sec: float = 600.0
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str | int | None = None
+    network_mode: _NETWORK_MODE | None = None
+    environment_mode: Literal["shared", "separate"] | None = None
+    environment: EnvironmentConfig | None = None
+    collect: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("timeout_sec")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        return _finite_positive(value)
+
+    @model_validator(mode="after")
+    def _mode_consistent(self) -> VerifierConfig:
+        if self.environment_mode == "shared" and self.environment is not None:
+            raise ValueError(
+                "environment_mode = 'shared' conflicts with [verifier.environment]; omit one"
+            )
+        return self
+
+    @property
+    def mode(self) -> Literal["shared", "separate"] | None:
+        """The mode this table asks for: explicit, else separate when it has an environment."""
+        if self.environment_mode is not None:
+            return self.environment_mode
+        return "separate" if self.environment is not None else None
+
+
+class StepConfig(_Table):
+    """One ``[[steps]]`` entry: ``steps/<name>/`` holds its instruction, tests and solution."""
+
+    name: str
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    min_reward: float | dict[str, float] | None = None
+    healthcheck: HealthcheckConfig | None = None
+    artifacts: list[str | ArtifactConfig] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _portable_name(cls, value: str) -> str:
+        if (
+            not value.strip()
+            or value in {".", ".."}
+            or value.endswith((".", " "))
+            or _BAD_STEP_NAME.search(value)
+        ):
+            raise ValueError(f"{value!r} is not a portable directory name")
         return value
 
 
@@ -116,7 +208,20 @@ class TaskConfig(_Table):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     solution: SolutionConfig = Field(default_factory=SolutionConfig)
-    steps: list[dict[str, Any]] | None = None
+    multi_step_reward_strategy: Literal["mean", "final"] | None = None
+    steps: list[StepConfig] | None = None
+    artifacts: list[str | ArtifactConfig] = Field(default_factory=list)
+
+    @field_validator("steps")
+    @classmethod
+    def _unique_steps(cls, steps: list[StepConfig] | None) -> list[StepConfig] | None:
+        seen: set[str] = set()
+        for step in steps or []:
+            key = unicodedata.normalize("NFC", step.name).casefold()
+            if key in seen:
+                raise ValueError(f"step names must be unique (case-insensitively): {step.name!r}")
+            seen.add(key)
+        return steps
 
     @model_validator(mode="before")
     @classmethod
@@ -143,6 +248,8 @@ def _size_to_mb(text: str, field: str) -> int:
     if not match:
         raise ValueError(f"{field} = {text!r} is not a size like '4G' or '512M'")
     number, unit = float(match[1]), match[2].upper()
+    if not math.isfinite(number):
+        raise ValueError(f"{field} = {text[:40]!r}... is too large")
     return int(number * {"G": 1024, "M": 1, "K": 1 / 1024}[unit])
 
 
@@ -214,6 +321,49 @@ def strip_canary(text: str) -> str:
     return "\n".join(lines[index:])
 
 
+def resolve_env(values: dict[str, str], field: str, environ: dict[str, str]) -> dict[str, str]:
+    """Resolve ``${VAR}`` / ``${VAR:-default}`` values from ``environ`` as Harbor does.
+
+    Only whole-value templates are resolved; anything else is literal. An unset variable without
+    a default raises :class:`DatasetError` naming ``field``, the key and the variable.
+    """
+    resolved = {}
+    for key, value in values.items():
+        match = _ENV_TEMPLATE.fullmatch(value)
+        if not match:
+            resolved[key] = value
+        elif match[1] in environ:
+            resolved[key] = environ[match[1]]
+        elif match[2] is not None:
+            resolved[key] = match[2]
+        else:
+            raise DatasetError(
+                f"{field}.{key} = {value!r}: the variable {match[1]} is not set on the server"
+                " and has no default"
+            )
+    return resolved
+
+
+def verifier_mode(config: TaskConfig, step: StepConfig | None = None) -> str:
+    """``shared`` or ``separate``: the step's own mode, else the task's, else shared."""
+    return (step.verifier.mode if step else None) or config.verifier.mode or "shared"
+
+
+def verifier_environment(config: TaskConfig, step: StepConfig | None = None) -> EnvironmentConfig:
+    """The ``[verifier.environment]`` a separate verifier runs with (else ``[environment]``)."""
+    if step is not None and step.verifier.environment is not None:
+        return step.verifier.environment
+    return config.verifier.environment or config.environment
+
+
+def artifact_entries(config: TaskConfig, step: StepConfig | None = None) -> list[ArtifactConfig]:
+    """``/logs/artifacts`` plus the task's and the step's ``artifacts``, strings as sources."""
+    entries = [ArtifactConfig(source="/logs/artifacts")]
+    for entry in [*config.artifacts, *(step.artifacts if step else [])]:
+        entries.append(ArtifactConfig(source=entry) if isinstance(entry, str) else entry)
+    return entries
+
+
 class Task:
     """One task directory; everything is read on first use."""
 
@@ -249,6 +399,48 @@ class Task:
             return strip_canary(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as exc:
             raise DatasetError(f"{self.id}/instruction.md: cannot be read: {exc}") from None
+
+    def step_instruction(self, step: StepConfig) -> str:
+        path = self.path / "steps" / step.name / "instruction.md"
+        try:
+            return strip_canary(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            where = f"{self.id}/steps/{step.name}/instruction.md"
+            raise DatasetError(f"{where}: cannot be read: {exc}") from None
+
+    @property
+    def compose_file(self) -> Path | None:
+        """``environment/docker-compose.yaml`` (the only name Harbor reads), if present."""
+        path = self.path / "environment" / "docker-compose.yaml"
+        return path if path.is_file() else None
+
+    def verifier_image_dir(self, step: StepConfig | None = None) -> Path | None:
+        """The folder a separate verifier's image is built from, Harbor's way, if any.
+
+        ``steps/<name>/tests/`` then ``tests/``; a ``[verifier.environment].docker_image`` at that
+        level wins over its folder's Dockerfile. None means the image is given by docker_image
+        (see :meth:`verifier_image_ref`) or is the agent's own.
+        """
+        return self._verifier_image(step)[0]
+
+    def verifier_image_ref(self, step: StepConfig | None = None) -> str | None:
+        """The ``docker_image`` a separate verifier runs in, if task.toml names one."""
+        return self._verifier_image(step)[1]
+
+    def _verifier_image(self, step: StepConfig | None) -> tuple[Path | None, str | None]:
+        config = self.config
+        candidates = []
+        if step is not None:
+            candidates.append(
+                (step.verifier.environment, self.path / "steps" / step.name / "tests")
+            )
+        candidates.append((config.verifier.environment, self.path / "tests"))
+        for environment, folder in candidates:
+            if environment is not None and environment.docker_image:
+                return None, environment.docker_image
+            if (folder / "Dockerfile").is_file():
+                return folder, None
+        return None, None
 
     @cached_property
     def image(self) -> ImageSource | None:
@@ -290,7 +482,9 @@ class Task:
                 f"{self.id}: no environment/Dockerfile and no [environment].docker_image"
                 " (tests/ exists, so the task needs an environment to run in)"
             )
-        if not config.steps and not (self.path / "tests" / "test.sh").is_file():
+        if config.steps:
+            invalid += _step_problems(self, config)
+        elif not self._bundled_tests(None) and not (self.path / "tests" / "test.sh").is_file():
             invalid.append(f"{self.id}/tests/test.sh: missing (the verifier Harbor runs)")
         if invalid:
             return TaskKind.INVALID, invalid
@@ -298,6 +492,27 @@ class Task:
         if unsupported:
             return TaskKind.UNSUPPORTED, unsupported
         return TaskKind.RUNNABLE, []
+
+    def _bundled_tests(self, step: StepConfig | None) -> bool:
+        """Whether a separate verifier image carries its own /tests (nothing is uploaded)."""
+        if verifier_mode(self.config, step) != "separate":
+            return False
+        folder, ref = self._verifier_image(step)
+        return folder is not None or ref is not None
+
+
+def _step_problems(task: Task, config: TaskConfig) -> list[str]:
+    problems = []
+    for step in config.steps or []:
+        where = f"{task.id}/steps/{step.name}"
+        if not (task.path / "steps" / step.name / "instruction.md").is_file():
+            problems.append(f"{where}/instruction.md: missing ([[steps]] name = {step.name!r})")
+        tests = (task.path / "steps" / step.name / "tests" / "test.sh").is_file() or (
+            task.path / "tests" / "test.sh"
+        ).is_file()
+        if not tests and not task._bundled_tests(step):
+            problems.append(f"{where}/tests/test.sh: missing, and no shared tests/test.sh")
+    return problems
 
 
 def _pullable(config: TaskConfig, ref: str) -> bool:
@@ -308,34 +523,58 @@ def _pullable(config: TaskConfig, ref: str) -> bool:
 
 def _unsupported(path: Path, task_id: str, config: TaskConfig) -> list[str]:
     """Features of the Harbor format this runtime refuses up front rather than half-running."""
-    env = config.environment
+    where = f"{task_id}/task.toml"
     found = []
-    if config.steps:
-        found.append(f"{task_id}/task.toml: [[steps]] multi-step tasks are not supported yet")
-    if env.os != "linux":
-        found.append(f"{task_id}/task.toml: [environment].os = {env.os!r}: only linux tasks run")
-    if env.gpus:
-        found.append(f"{task_id}/task.toml: [environment].gpus = {env.gpus}: GPUs are not offered")
-    if env.tpu:
-        found.append(f"{task_id}/task.toml: [environment].tpu: TPUs are not offered")
-    if env.network_mode == "allowlist":
-        found.append(
-            f"{task_id}/task.toml: [environment].network_mode = 'allowlist' is not supported"
-            " (use 'public' or 'no-network')"
-        )
-    verifier = config.verifier
-    if verifier.environment_mode == "separate" or verifier.environment is not None:
-        found.append(
-            f"{task_id}/task.toml: [verifier] separate verifier environments are not supported yet"
-        )
-    if (path / "tests" / "Dockerfile").is_file():
-        found.append(f"{task_id}/tests/Dockerfile: separate verifier images are not supported yet")
-    for name in ("docker-compose.yaml", "docker-compose.yml"):
-        if (path / "environment" / name).is_file():
+    tables = [("[environment]", config.environment)]
+    verifiers = [("[verifier]", config.verifier, None)]
+    for index, step in enumerate(config.steps or []):
+        verifiers.append((f"[[steps]][{index}].verifier", step.verifier, step))
+    for name, verifier, step in verifiers:
+        if verifier.environment is not None:
+            tables.append((f"{name}.environment", verifier.environment))
+        if verifier.collect:
+            found.append(f"{where}: {name}.collect hooks are not supported")
+        if verifier_mode(config, step) == "separate" and (
+            (path / "tests" / "docker-compose.yaml").is_file()
+            or (step and (path / "steps" / step.name / "tests" / "docker-compose.yaml").is_file())
+        ):
+            found.append(f"{task_id}: compose verifier environments (tests/docker-compose.yaml)")
+    for name, env in tables:
+        if env.os != "linux":
+            found.append(f"{where}: {name}.os = {env.os!r}: only linux tasks run")
+        if env.gpus:
+            found.append(f"{where}: {name}.gpus = {env.gpus}: GPUs are not offered here")
+        if env.tpu:
+            found.append(f"{where}: {name}.tpu: TPUs are not offered here")
+        if env.network_mode == "allowlist":
             found.append(
-                f"{task_id}/environment/{name}: compose environments are not supported yet"
+                f"{where}: {name}.network_mode = 'allowlist' is not supported"
+                " (use 'public' or 'no-network')"
+            )
+    baseline = config.environment.network_mode
+    phases = [("[agent]", config.agent.network_mode, None)]
+    phases.append(("[verifier]", config.verifier.network_mode, None))
+    for index, step in enumerate(config.steps or []):
+        phases.append((f"[[steps]][{index}].agent", step.agent.network_mode, None))
+        phases.append((f"[[steps]][{index}].verifier", step.verifier.network_mode, step))
+    for name, mode, step in phases:
+        separate = name.endswith("verifier") and verifier_mode(config, step) == "separate"
+        if mode is not None and mode != baseline and not (separate and mode != "allowlist"):
+            found.append(
+                f"{where}: {name}.network_mode = {mode!r} differs from [environment].network_mode"
+                f" = {baseline!r}: switching the network between phases is not supported"
+            )
+    for entry in [*config.artifacts, *_step_artifacts(config)]:
+        if isinstance(entry, ArtifactConfig) and entry.service not in (None, "main"):
+            found.append(
+                f"{where}: artifacts entry {entry.source!r} with service = {entry.service!r}:"
+                " artifacts are collected from the main service only"
             )
     return found
+
+
+def _step_artifacts(config: TaskConfig) -> list[str | ArtifactConfig]:
+    return [entry for step in config.steps or [] for entry in step.artifacts]
 
 
 def find_tasks_root(path: Path) -> Path:

