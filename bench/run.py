@@ -1,0 +1,313 @@
+"""The runtime's overhead against raw docker-py on the same engine, measured in one run.
+
+Prints one table of ratios (runtime ÷ raw floor) with the issue's goals. A benchmark, not a test:
+it never fails on a missed goal, it says so. Run from the repository root:
+
+    .venv/bin/python bench/run.py [--reps 10] [--sessions 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+import docker
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ROOT / "tests" / "fixtures" / "tasks"
+TASK = "edit-file"
+TOKEN = "bench-token"
+HARBOR = Path(os.environ.get("HARBOR_BIN", "/tmp/hb/bin/harbor"))
+
+
+def median_s(run: Callable[[], object], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+class Server:
+    """The runtime server as a trainer meets it: uvicorn in its own process, on 127.0.0.1."""
+
+    def __init__(self, tasks: Path, **env: str) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        environ = {
+            **os.environ,
+            "HARBOR_OPENENV_TASKS": str(tasks),
+            "HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN,
+            **env,
+        }
+        command = [sys.executable, "-m", "uvicorn", "--factory", "harbor_openenv.app:build_app"]
+        command += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(command, env=environ)
+        self.health_s = self._wait_healthy()
+
+    def _wait_healthy(self) -> float:
+        while time.perf_counter() - self.started < 120:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return time.perf_counter() - self.started
+            except httpx.HTTPError:
+                time.sleep(0.005)
+        raise RuntimeError("the server did not become healthy")
+
+    def rss_mib(self) -> float:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1]) / 1024
+
+    def client(self):
+        from harbor_openenv.client import HarborEnvClient
+
+        return HarborEnvClient(self.url, orchestration_token=TOKEN)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+
+
+def tests_archive() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.add(TASKS / TASK / "tests", arcname=".")
+    return buffer.getvalue()
+
+
+def raw_floor(client: docker.DockerClient, image: str, reps: int) -> dict[str, float]:
+    """The same work done with docker-py directly: start, exec, stage tests/ and run test.sh."""
+    containers = []
+
+    def start():
+        container = client.containers.run(
+            image, ["sh", "-c", "sleep infinity"], detach=True, labels={"bench-raw": "1"}
+        )
+        container.exec_run("true")
+        containers.append(container)
+
+    archive = tests_archive()
+
+    def evaluate():
+        container = containers[-1]
+        container.exec_run("sh -c 'mkdir -p /tests /logs/verifier'")
+        container.put_archive("/tests", archive)
+        container.exec_run("bash -c '/tests/test.sh > /logs/verifier/test-stdout.txt 2>&1'")
+        stream, _ = container.get_archive("/logs/verifier")
+        b"".join(stream)
+
+    try:
+        start_s = median_s(start, reps)
+        exec_s = median_s(lambda: containers[-1].exec_run("true"), reps * 5)
+        evaluate_s = median_s(evaluate, reps)
+        remove_s = median_s(lambda: containers.pop().remove(force=True), reps)
+    finally:
+        for container in containers:
+            container.remove(force=True)
+    return {"start": start_s, "exec": exec_s, "evaluate": evaluate_s, "remove": remove_s}
+
+
+def runtime_figures(server: Server, reps: int) -> dict[str, float]:
+    resets, execs, evaluates, episodes = [], [], [], []
+    with server.client() as env:
+        env.reset(task_id=TASK)  # warm: the image is built and cached
+        env.evaluate()
+        for _ in range(reps):
+            begin = time.perf_counter()
+            env.reset(task_id=TASK)
+            resets.append(time.perf_counter() - begin)
+            for _ in range(5):
+                start = time.perf_counter()
+                env.exec("true")
+                execs.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            result = env.evaluate()
+            evaluates.append(time.perf_counter() - start)
+            assert result.reward == 0.0, result.observation
+        for _ in range(reps):  # a whole no-op episode, connection included
+            start = time.perf_counter()
+            with server.client() as fresh:
+                fresh.reset(task_id=TASK)
+                fresh.evaluate()
+            episodes.append(time.perf_counter() - start)
+    median = statistics.median
+    return {
+        "reset": median(resets),
+        "exec": median(execs),
+        "evaluate": median(evaluates),
+        "episode": median(episodes),
+    }
+
+
+def throughput(server: Server, sessions: int, episodes_each: int) -> tuple[float, int]:
+    """Episodes per minute with ``sessions`` concurrent sessions, and how many went wrong."""
+    errors = []
+
+    def session(i: int) -> None:
+        with server.client() as env:
+            for j in range(episodes_each):
+                env.reset(task_id=TASK)
+                solved = (i + j) % 2 == 0
+                env.write("answer.txt", "42\n" if solved else "0\n")
+                reward = env.evaluate().reward
+                if reward != (1.0 if solved else 0.0):
+                    errors.append((i, j, reward))
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=sessions) as pool:
+        for future in [pool.submit(session, i) for i in range(sessions)]:
+            try:
+                future.result()
+            except Exception as exc:
+                errors.append(repr(exc))
+    elapsed = time.perf_counter() - start
+    return sessions * episodes_each / elapsed * 60, len(errors)
+
+
+def harbor_nop_trial() -> tuple[float | None, str]:
+    """Seconds of one ``harbor run -a nop`` trial (its own start/finish stamps), or why not."""
+    if not HARBOR.exists() and not shutil.which("harbor"):
+        return None, "harbor not installed"
+    harbor = str(HARBOR) if HARBOR.exists() else shutil.which("harbor")
+    with tempfile.TemporaryDirectory() as jobs:
+        command = [harbor, "run", "-p", str(TASKS / TASK), "-a", "nop", "-e", "docker"]
+        command += ["-o", jobs, "-y", "-q"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        results = [p for p in Path(jobs).glob("*/*/result.json")]
+        if not results:
+            return None, f"harbor run failed ({done.returncode}): {done.stdout[-300:]}"
+        result = json.loads(results[0].read_text())
+
+    def stamp(key: str) -> datetime:
+        return datetime.fromisoformat(result[key].replace("Z", "+00:00"))
+
+    seconds = (stamp("finished_at") - stamp("started_at")).total_seconds()
+    failure = (result.get("exception_info") or {}).get("exception_type")
+    return seconds, f"harbor trial: {failure}" if failure else "harbor trial scored"
+
+
+def big_dataset(root: Path, count: int) -> Path:
+    tasks = root / "tasks"
+    for i in range(count):
+        task = tasks / f"group-{i // 100:03d}" / f"task-{i:05d}"
+        (task / "environment").mkdir(parents=True)
+        (task / "tests").mkdir()
+        (task / "task.toml").write_text('schema_version = "1.4"\n[verifier]\ntimeout_sec = 60\n')
+        (task / "instruction.md").write_text(f"Task {i}.\n")
+        (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+        (task / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    return tasks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=32)
+    args = parser.parse_args()
+    client = docker.from_env(timeout=300)
+    rows: list[tuple[str, str, str, str]] = []
+
+    def row(name: str, ours: float, floor: float, goal: str, ok: bool | None, unit="ms") -> None:
+        scale = 1000 if unit == "ms" else 1
+        figures = f"{ours * scale:.1f} / {floor * scale:.1f} {unit}"
+        verdict = "n/a" if ok is None else ("met" if ok else "NOT MET")
+        rows.append((name, figures, f"{ours / floor:.2f}x", f"{goal} ({verdict})"))
+
+    server = Server(TASKS, HARBOR_OPENENV_MAX_SESSIONS=str(args.sessions + 4))
+    try:
+        from harbor_openenv.dataset import Dataset
+        from harbor_openenv.image import ImageResolver
+
+        image, reps = ImageResolver(client).resolve(Dataset(TASKS)[TASK]), args.reps
+        # Interleaved, one repetition of each at a time, so load from elsewhere hits both alike.
+        pairs = [(raw_floor(client, image, 1), runtime_figures(server, 1)) for _ in range(reps)]
+        raw = {k: statistics.median(r[k] for r, _ in pairs) for k in pairs[0][0]}
+        ours = {k: statistics.median(o[k] for _, o in pairs) for k in pairs[0][1]}
+        row("reset (image cached) / raw create+start+exec", ours["reset"], raw["start"], "<= 1.3x",
+            ours["reset"] <= 1.3 * raw["start"])  # fmt: skip
+        added = ours["exec"] - raw["exec"]
+        row("exec step over /ws / raw exec_run", ours["exec"], raw["exec"],
+            f"<= 1.2x, +{added * 1000:.1f} ms (<= 5 ms)",
+            ours["exec"] <= 1.2 * raw["exec"] and added <= 0.005)  # fmt: skip
+        row("evaluate / raw stage tests + run test.sh", ours["evaluate"], raw["evaluate"],
+            "<= 1.3x", ours["evaluate"] <= 1.3 * raw["evaluate"])  # fmt: skip
+        row("  evaluate / raw stage + test.sh + remove", ours["evaluate"],
+            raw["evaluate"] + raw["remove"], "context: evaluate also removes the container",
+            None)  # fmt: skip
+        harbor_s, note = harbor_nop_trial()
+        if harbor_s is None:
+            rows.append(("no-op episode / harbor run -a nop trial", note, "-", "<= 0.3x (skipped)"))
+        else:
+            row(f"no-op episode / harbor run -a nop ({note})", ours["episode"], harbor_s,
+                "<= 0.3x", ours["episode"] <= 0.3 * harbor_s)  # fmt: skip
+        one, one_errors = throughput(server, 1, 6)
+        many, many_errors = throughput(server, args.sessions, 2)
+        time.sleep(1)
+        mine = f"{socket.gethostname()}:{server.process.pid}:"
+        leaked = sum(
+            c.labels.get("harbor-openenv.owner", "").startswith(mine)
+            for c in client.containers.list(all=True, filters={"label": "harbor-openenv"})
+        )
+        rows.append((
+            f"{args.sessions} sessions / 1 session, episodes per minute",
+            f"{many:.0f} / {one:.0f} per min",
+            f"{many / one:.2f}x",
+            f"errors {one_errors + many_errors}, leaked containers {leaked}"
+            f" ({'met' if one_errors + many_errors == 0 and leaked == 0 else 'NOT MET'})",
+        ))  # fmt: skip
+    finally:
+        server.stop()
+
+    with tempfile.TemporaryDirectory() as scratch:
+        small = big_dataset(Path(scratch) / "one", 1)
+        large = big_dataset(Path(scratch) / "many", 10_000)
+        baseline = Server(small)
+        baseline_s, baseline_rss = baseline.health_s, baseline.rss_mib()
+        baseline.stop()
+        big = Server(large)
+        big_s, big_rss = big.health_s, big.rss_mib()
+        with big.client() as env:
+            start = time.perf_counter()
+            first = env.reset(task_id="group-000/task-00000")  # lists all 10,000 tasks
+            listed_s = time.perf_counter() - start
+            assert first.observation.info is not None
+            env.evaluate()
+        listed_rss = big.rss_mib()
+        big.stop()
+    row("start to /health, 10,000 tasks / 1 task", big_s, baseline_s, "< 1 s",
+        big_s < 1.0, unit="s")  # fmt: skip
+    rows.append(("  resident memory at /health, 10,000 tasks / 1 task",
+                 f"{big_rss:.0f} / {baseline_rss:.0f} MiB", f"{big_rss / baseline_rss:.2f}x",
+                 f"< 150 MB ({'met' if big_rss * 1.048576 < 150 else 'NOT MET'})"))  # fmt: skip
+    rows.append(("  first reset (lists 10,000 tasks), RSS after", f"{listed_s:.2f} s",
+                 f"{listed_rss:.0f} MiB", "context"))  # fmt: skip
+
+    print(f"\nharbor-openenv bench: docker {client.version()['Version']}, {os.cpu_count()} cores,"
+          f" task {TASK}, medians of {args.reps} runs\n")  # fmt: skip
+    header = ("measure", "ours / floor", "ratio", "goal")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
+    for line in [header, tuple("-" * w for w in widths), *rows]:
+        print(" | ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)))
+
+
+if __name__ == "__main__":
+    main()
