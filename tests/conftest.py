@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harbor_openenv.sandbox import server_scope
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache"
 FIXTURE_TASKS = ROOT / "tests" / "fixtures" / "tasks"
@@ -104,7 +106,7 @@ class Server:
 
     @property
     def owner_prefix(self) -> str:
-        return f"{socket.gethostname()}:{self.process.pid}:"
+        return f"{server_scope()}:{self.process.pid}:"
 
     def client(self, **kwargs):
         from harbor_openenv.client import HarborEnvClient

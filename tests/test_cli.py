@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import FIXTURE_TASKS, free_port, runtime_containers, wait_until
+
+from harbor_openenv.sandbox import server_scope
 
 CLI = [sys.executable, "-m", "harbor_openenv.cli"]
 
@@ -216,7 +217,7 @@ def test_check_removes_its_containers_on_ctrl_c(docker_client, check_dataset):
         stderr=subprocess.PIPE,
         text=True,
     )
-    owner = f"{socket.gethostname()}:{process.pid}:"
+    owner = f"{server_scope()}:{process.pid}:"
     try:
         # Both episodes hang in their verifier (timeout 60 s).
         assert wait_until(lambda: len(runtime_containers(docker_client, owner)) == 2, 120)

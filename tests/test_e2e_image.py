@@ -101,11 +101,13 @@ def test_rendered_image_serves_the_example_over_websocket(env_server, docker_cli
     from harbor_openenv.client import HarborEnvClient
 
     url, server = env_server
+    server_id = f"c-{server.id[:12]}:"  # the owner label of a server running in a container
     with HarborEnvClient(url, orchestration_token=TOKEN) as env:
         start = time.monotonic()
         first = env.reset(task_id="repo2env-style")
         obs = first.observation
         assert obs.error is None, obs.error
+        assert len(runtime_containers(docker_client, server_id)) == 1  # labelled as its own
         assert obs.workdir == "/workspace"  # the image's WORKDIR
         assert "slugify" in obs.instruction
         assert env.exec("pwd").observation.output.strip() == "/workspace"
@@ -127,7 +129,6 @@ def test_rendered_image_serves_the_example_over_websocket(env_server, docker_cli
         assert result.observation.info["reward_details"]["resolved"] is True
         print(f"two episodes through the built image: {time.monotonic() - start:.1f} s")
 
-    server_id = server.id[:12]
     assert wait_until(lambda: not runtime_containers(docker_client, server_id), timeout=30), (
         "the server's task containers outlived their episodes"
     )

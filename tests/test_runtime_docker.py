@@ -385,3 +385,28 @@ def test_tasks_that_differ_from_the_manifest_are_refused(tmp_path, docker_client
             assert env.reset(task_id="edit-file").observation.error is None
     finally:
         srv.stop()
+
+
+def test_owner_liveness(docker_client):
+    """Whose containers the startup sweep may remove: only those of servers known to be dead."""
+    import os
+
+    from harbor_openenv.sandbox import owner_alive, server_identity, server_scope
+
+    assert server_scope().startswith("h-")  # these tests run on the host
+    assert owner_alive(docker_client, server_identity())
+    assert not owner_alive(docker_client, f"{server_scope()}:{os.getpid()}:0")  # PID reused
+    # A server in a container is alive while that container runs; an unknown container is gone.
+    running = docker_client.containers.run(
+        "debian:bookworm-slim", ["sleep", "60"], detach=True, network_mode="none"
+    )
+    try:
+        assert owner_alive(docker_client, f"c-{running.id[:12]}:1:123")
+        running.kill()
+        running.wait()
+        assert not owner_alive(docker_client, f"c-{running.id[:12]}:1:123")
+    finally:
+        running.remove(force=True)
+    assert not owner_alive(docker_client, "c-0123456789ab:1:123")
+    # A server on another host (or seen from inside a container) cannot be checked: kept.
+    assert owner_alive(docker_client, "h-some-other-host:1:123")

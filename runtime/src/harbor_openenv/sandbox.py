@@ -10,6 +10,7 @@ import base64
 import io
 import os
 import posixpath
+import re
 import select
 import socket
 import struct
@@ -25,6 +26,7 @@ import docker.errors
 LABEL = "harbor-openenv"
 LABEL_OWNER = "harbor-openenv.owner"
 LABEL_TASK = "harbor-openenv.task"
+_CONTAINER_ID = re.compile(r"/containers/([0-9a-f]{64})/")
 _EXEC_MARK = "HARBOR_OPENENV_EXEC"
 
 
@@ -62,9 +64,20 @@ def _inside(root: str, path: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def server_scope() -> str:
+    """Where this process's PIDs mean something: ``c-<container id>`` inside a container, else
+    ``h-<host name>``. (A container on the host network shares the host's name, not its PIDs.)"""
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        mounts = ""
+    match = _CONTAINER_ID.search(mounts)
+    return f"c-{match[1][:12]}" if match else f"h-{socket.gethostname()}"
+
+
 def server_identity() -> str:
-    """``host:pid:start`` of this process, to tell a live owner from a dead one later."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+    """``scope:pid:start`` of this process, to tell a live owner from a dead one later."""
+    return f"{server_scope()}:{os.getpid()}:{_start_time(os.getpid())}"
 
 
 def _start_time(pid: int) -> str:
@@ -76,14 +89,20 @@ def _start_time(pid: int) -> str:
 
 
 def owner_alive(client: docker.DockerClient, owner: str) -> bool:
-    """Whether the server process named by a container's owner label still runs."""
-    host, _, rest = owner.partition(":")
+    """Whether the server process named by a container's owner label still runs.
+
+    Certain only where this process sees the owner's PIDs (the same scope); a server in another
+    container counts as alive while that container runs (a restarted one sweeps its own); a
+    server elsewhere on a host, seen from a container, cannot be checked and is kept.
+    """
+    scope, _, rest = owner.partition(":")
     pid, _, start = rest.partition(":")
-    if host == socket.gethostname():
+    if scope == server_scope():
         return pid.isdigit() and _start_time(int(pid)) == start
-    # Another host name: a server running in a container is alive while that container runs.
+    if not scope.startswith("c-"):
+        return True
     try:
-        return client.containers.get(host).status == "running"
+        return client.api.inspect_container(scope[2:])["State"]["Running"]
     except docker.errors.NotFound:
         return False
     except docker.errors.APIError:
@@ -136,23 +155,35 @@ def remove_containers(client: docker.DockerClient, *, owner: str | None = None) 
 
 # Stops every process but PID 1 and those running before the agent acted, then reports leftovers.
 # Builtins only inside the loop, so the script never kills a child of its own.
+# Processes are named "pid:start time", so an agent cannot cycle PIDs until one of its own
+# takes a kept process's number.
 _STOP_PROCESSES = r"""
-keep=" 1 $1 "; self=$$; pass=0
+keep=" $1 "; self=$$; pass=0
 while [ $pass -lt 50 ]; do
   found=0
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
-    [ "$p" = "$self" ] && continue
-    case "$keep" in *" $p "*) continue ;; esac
+    case "$p" in "$self"|1) continue ;; esac
     read -r line < "$d/stat" 2>/dev/null || continue
-    state=${line##*) }; state=${state%% *}
+    rest=${line##*) }; state=${rest%% *}
     [ "$state" = Z ] && continue
+    set -- $rest; shift 19
+    case "$keep" in *" $p:$1 "*) continue ;; esac
     kill -KILL "$p" 2>/dev/null && found=1
   done
   [ $found = 0 ] && exit 0
   pass=$((pass + 1))
 done
 echo "processes still running after $pass passes" >&2; exit 1
+"""
+
+# Prints "pid:start time" of every process but itself (the baseline stop_processes keeps).
+_LIST_PROCESSES = r"""
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}; [ "$p" = $$ ] && continue
+  read -r line < "$d/stat" 2>/dev/null || continue
+  set -- ${line##*) }; shift 19; printf '%s:%s ' "$p" "$1"
+done
 """
 
 # Kills the processes that carry one exec's marker in their environment (a timed-out exec).
@@ -291,8 +322,7 @@ class Sandbox:
             setup = sandbox.exec_root(
                 "mkdir -p /logs/agent /logs/verifier /logs/artifacts"
                 " && chmod 777 /logs/agent /logs/verifier /logs/artifacts"
-                " && pwd && readlink -f . && for d in /proc/[0-9]*; do"
-                ' [ "${d#/proc/}" = $$ ] || printf "%s " "${d#/proc/}"; done',
+                " && pwd && readlink -f . && " + _LIST_PROCESSES,
                 workdir=workdir or "",  # "" lets the image's WORKDIR apply
             )
             if setup.exit_code != 0:
@@ -400,9 +430,7 @@ class Sandbox:
 
     def mark_baseline(self) -> None:
         """Count every process running now as the environment's (stop_processes keeps them)."""
-        result = self.exec_root(
-            'for d in /proc/[0-9]*; do [ "${d#/proc/}" = $$ ] || printf "%s " "${d#/proc/}"; done'
-        )
+        result = self.exec_root(_LIST_PROCESSES)
         if result.exit_code != 0:
             raise SandboxError(f"cannot list processes: {result.output.strip()}")
         self._baseline = result.output.strip()
