@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -225,3 +227,46 @@ def add_wheels(source: Path, wheels: Path) -> None:
             pass
         except OSError:
             shutil.copy2(wheel, wheels / wheel.name)
+
+
+@contextlib.contextmanager
+def serve_image(docker_client, image: str, port: int):
+    """Run an environment image on the host network with the Docker socket mounted; yields its
+    URL and container, and stops it with SIGTERM (the server then removes its task containers)."""
+    container = docker_client.containers.run(
+        image,
+        detach=True,
+        network_mode="host",
+        volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}},
+        environment={"HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN},
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        if not wait_until(healthy, timeout=120, interval=0.5):
+            container.reload()
+            pytest.fail(f"server container not healthy ({container.status}):\n{container.logs()}")
+        yield url, container
+    finally:
+        container.stop(timeout=20)
+        logs = container.logs().decode(errors="replace")
+        container.remove(force=True)
+        print(logs[-2000:])
+
+
+def build_offline(context: Path) -> tuple[str, str]:
+    """``docker build`` with network "none" (only wheels/ can provide packages): tag and log."""
+    tag = f"harbor-openenv-test:{uuid.uuid4().hex[:8]}"
+    result = subprocess.run(
+        ["docker", "build", "--network", "none", "-t", tag, str(context)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return tag, result.stdout + result.stderr

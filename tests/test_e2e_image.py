@@ -10,12 +10,19 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-import httpx
 import pytest
-from conftest import ROOT, TOKEN, add_wheels, free_port, runtime_containers, wait_until
+from conftest import (
+    ROOT,
+    TOKEN,
+    add_wheels,
+    build_offline,
+    free_port,
+    runtime_containers,
+    serve_image,
+    wait_until,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -54,14 +61,8 @@ def rendered_env(tmp_path_factory, runtime_wheel, dependency_wheels) -> tuple[Pa
 def env_image(docker_client, rendered_env) -> str:
     """The rendered Dockerfile, built with network "none": only wheels/ can provide packages."""
     path, _ = rendered_env
-    tag = f"harbor-openenv-e2e:{uuid.uuid4().hex[:8]}"
-    result = subprocess.run(
-        ["docker", "build", "--network", "none", "-t", tag, str(path)],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "from wheels/ only" in result.stdout + result.stderr
+    tag, log = build_offline(path)
+    assert "from wheels/ only" in log
     yield tag
     docker_client.images.remove(tag, force=True)
 
@@ -69,32 +70,8 @@ def env_image(docker_client, rendered_env) -> str:
 @pytest.fixture(scope="session")
 def env_server(docker_client, env_image, rendered_env):
     _, port = rendered_env
-    container = docker_client.containers.run(
-        env_image,
-        detach=True,
-        network_mode="host",
-        volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}},
-        environment={"HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN},
-        labels={"harbor-openenv-e2e": "server"},
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{url}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        if not wait_until(healthy, timeout=120, interval=0.5):
-            container.reload()
-            pytest.fail(f"server container not healthy ({container.status}):\n{container.logs()}")
-        yield url, container
-    finally:
-        container.stop(timeout=20)  # SIGTERM: the server removes its task containers
-        logs = container.logs().decode(errors="replace")
-        container.remove(force=True)
-        print(logs[-2000:])
+    with serve_image(docker_client, env_image, port) as served:
+        yield served
 
 
 def test_rendered_image_serves_the_example_over_websocket(env_server, docker_client):

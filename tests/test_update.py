@@ -8,23 +8,21 @@ an untagged HEAD runs none).
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 from _template_helpers import NEW, OLD, commit_all, git, tagged_template_clone, tree_digest
 from conftest import (
     ROOT,
     TOKEN,
     add_wheels,
+    build_offline,
     build_runtime_wheel,
     free_port,
-    wait_until,
+    serve_image,
 )
 
 EXAMPLE = ROOT / "examples" / "dataset"
@@ -148,42 +146,6 @@ def test_a_real_conflict_is_reported_as_a_failure(template, tmp_path):
     assert not no_conflict_markers(repo)
 
 
-@contextlib.contextmanager
-def serving(docker_client, image: str, port: int):
-    container = docker_client.containers.run(
-        image,
-        detach=True,
-        network_mode="host",
-        volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}},
-        environment={"HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN},
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{url}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        assert wait_until(healthy, timeout=120, interval=0.5), container.logs()
-        yield url
-    finally:
-        container.stop(timeout=20)
-        container.remove(force=True)
-
-
-def build(docker_client, repo: Path) -> str:
-    tag = f"harbor-openenv-update:{uuid.uuid4().hex[:8]}"
-    result = subprocess.run(
-        ["docker", "build", "--network", "none", "-t", tag, str(repo)],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return tag
-
-
 @pytest.mark.docker
 def test_updated_environment_builds_and_serves_the_new_runtime(
     template, tmp_path, docker_client, dependency_wheels
@@ -214,12 +176,12 @@ def test_updated_environment_builds_and_serves_the_new_runtime(
                 assert result.returncode == 0, result.stdout + result.stderr
             shutil.copy2(wheel, repo / "wheels" / wheel.name)
             add_wheels(dependency_wheels, repo / "wheels")
-            images.append(build(docker_client, repo))
+            images.append(build_offline(repo)[0])
 
         answers = []
         for image in images:
             with (
-                serving(docker_client, image, port) as url,
+                serve_image(docker_client, image, port) as (url, _),
                 HarborEnvClient(url, orchestration_token=TOKEN) as env,
             ):
                 answers.append(env.reset(task_id="hello-world").observation.error)
