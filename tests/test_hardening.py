@@ -344,11 +344,13 @@ def test_load_with_disconnects_and_a_server_kill(docker_client, tasks):
             try:
                 ws = connect(url, max_size=None, open_timeout=30)
                 ws.send(json.dumps({"type": "reset", "data": {"task_id": "edit-file"}}))
-                assert json.loads(ws.recv(timeout=300))["type"] == "observation"
+                reply = json.loads(ws.recv(timeout=300))
+                assert reply["type"] == "observation", reply
                 solved = rng.random() < 0.5
                 answer = "42\n" if solved else f"{rng.randint(0, 41)}\n"
                 ws.send(_step({"action_type": "write", "path": "answer.txt", "content": answer}))
-                json.loads(ws.recv(timeout=300))
+                wrote = json.loads(ws.recv(timeout=300))["data"]["observation"]
+                assert wrote["error"] is None, wrote
                 if rng.random() < 0.25:  # a trainer that crashes mid-episode
                     ws.socket.close()
                     with lock:
