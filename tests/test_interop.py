@@ -210,7 +210,7 @@ def test_web_interface_reset_and_run_a_command(docker_client, tmp_path) -> None:
 
             page.get_by_label("command").fill("echo $((6*7))-from-the-page; pwd")
             page.get_by_role("button", name="Run step").click()
-            expect(page.get_by_text("42-from-the-page").first).to_be_visible(timeout=60_000)
+            expect(page.get_by_text("42-from-the-page").first).to_be_visible(timeout=180_000)
             screenshot = tmp_path / "web-interface.png"
             page.screenshot(path=screenshot, full_page=True)
             text = page.inner_text("body")
