@@ -158,19 +158,24 @@ class RuntimeServer:
                 self.process.wait()
 
     def episode(self, task_id: str, policy: str) -> Outcome:
-        """nop: reset then evaluate; oracle: reset, solve, evaluate."""
+        """nop: reset, evaluate; oracle: reset, solve, evaluate; each step of a multi-step task."""
         with HarborEnvClient(self.url, orchestration_token=self.token) as env:
             first = env.reset(task_id=task_id).observation
             if first.error:
                 return {"reward": None, "metrics": {}, "error": first.error, "refused": True}
-            if policy == "oracle":
-                solved = env.solve().observation
-                if solved.error:
-                    return {"reward": None, "metrics": {}, "error": solved.error}
-            result = env.evaluate()
+            while True:
+                if policy == "oracle":
+                    solved = env.solve().observation
+                    if solved.error:
+                        return {"reward": None, "metrics": {}, "error": solved.error}
+                result = env.evaluate()
+                if result.done:
+                    break
+            info = result.observation.info
             return {
                 "reward": result.reward,
-                "metrics": result.observation.info.get("metrics", {}),
+                # a multi-step task's reward is its strategy's metrics, as Harbor's trial reward
+                "metrics": info.get("final_metrics") or info.get("metrics", {}),
                 "error": result.observation.error,
             }
 
