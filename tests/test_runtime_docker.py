@@ -250,7 +250,8 @@ def test_concurrent_sessions_each_get_their_own_container(server, docker_client)
                 env.write("answer.txt", str(i))
             marker = env.exec(f"echo {i} > /tmp/session; hostname").observation.output.strip()
             barrier.wait(timeout=120)  # all eight containers exist at once
-            assert env.exec("cat /tmp/session").observation.output.strip() == str(i)
+            mine = env.exec("cat /tmp/session").observation
+            assert mine.output.strip() == str(i), mine  # the whole observation, if it fails
             return env.evaluate().reward, marker
 
     with ThreadPoolExecutor(max_workers=8) as pool:
