@@ -458,16 +458,17 @@ class Task:
             return ImageSource(kind="dockerfile")
         return None
 
-    @cached_property
+    @property
     def problems(self) -> list[str]:
         """Why the task cannot run here (empty for runnable and text-only tasks)."""
-        return self._classify()[1]
+        return self._classification[1]
+
+    @property
+    def kind(self) -> TaskKind:
+        return self._classification[0]
 
     @cached_property
-    def kind(self) -> TaskKind:
-        return self._classify()[0]
-
-    def _classify(self) -> tuple[TaskKind, list[str]]:
+    def _classification(self) -> tuple[TaskKind, list[str]]:
         config, error = self._parsed
         if config is None:
             return TaskKind.INVALID, [error or f"{self.id}/{TASK_FILE}: unreadable"]
