@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 
 
-def run(code: str) -> subprocess.CompletedProcess:
+def run(code: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=False
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **env},
     )
 
 
@@ -47,3 +52,20 @@ def test_server_names_without_the_extra_say_what_to_install():
 def test_unknown_attribute():
     result = run("import harbor_openenv; harbor_openenv.nope")
     assert "has no attribute 'nope'" in result.stderr
+
+
+def test_server_and_client_skip_gradio_unless_the_web_ui_is_on(tmp_path):
+    """OpenEnv's web UI is off by default, so the server and client never import gradio."""
+    code = f"""
+        import sys
+        from harbor_openenv import HarborEnvClient, build_app
+        app = build_app({str(tmp_path)!r})
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "gradio")[:3])
+        import gradio  # still importable afterwards
+        """
+    off = run(code)
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.strip() == "[]"
+    on = run(code, ENABLE_WEB_INTERFACE="true")
+    assert on.returncode == 0, on.stderr
+    assert "'gradio'" in on.stdout

@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 
 from fastapi import FastAPI
-from openenv.core.env_server.http_server import create_app
-from openenv.core.env_server.types import ConcurrencyConfig
 
+from ._openenv import ConcurrencyConfig, create_app
 from .environment import HarborEnvironment, Runtime, Settings
 from .models import HarborAction, HarborObservation, HarborState
 

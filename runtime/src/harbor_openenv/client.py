@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
-
+from ._openenv import EnvClient, StepResult
 from .models import HarborAction, HarborObservation, HarborState
 
 # evaluate waits for the task's verifier: up to [verifier].timeout_sec (Harbor's default 600 s).

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from openenv.core.env_server.interfaces import Environment
 
 from . import artifacts
+from ._openenv import Environment
 from .compose import ComposeSandbox
 from .dataset import (
     Dataset,

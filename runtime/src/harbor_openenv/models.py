@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
+
+from ._openenv import Action, Observation, State
 
 AGENT_ACTIONS = ("exec", "read", "write", "list")
 ORCHESTRATION_ACTIONS = ("evaluate", "solve")
