@@ -11,6 +11,8 @@ Environment variables (all optional):
 - ``HARBOR_OPENENV_PIDS_LIMIT``: most processes in one task container (default 4096)
 - ``HARBOR_OPENENV_ORCHESTRATION_TOKEN``: enables evaluate/solve for callers that send it
 - ``HARBOR_OPENENV_DEFAULT_TASK``: the task a reset without a choice starts
+- ``HARBOR_OPENENV_POOL_SIZE``: pre-started containers kept per task image and run options, so a
+  reset hands one out instead of starting one (default 0: off; see ``pool``)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -36,7 +39,7 @@ def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     defaults = Settings()
 
-    def number(name: str, default: float, kind=float):
+    def number(name: str, default: float, kind=float, *, zero: bool = False):
         raw = env.get(name)
         if raw is None or raw == "":
             return default
@@ -44,8 +47,8 @@ def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
             value = kind(raw)
         except ValueError:
             raise ValueError(f"{name}={raw!r} is not a number") from None
-        if value <= 0:
-            raise ValueError(f"{name}={raw!r} must be greater than 0")
+        if value < 0 or (value == 0 and not zero):
+            raise ValueError(f"{name}={raw!r} must be {'0 or more' if zero else 'greater than 0'}")
         return value
 
     return Settings(
@@ -55,6 +58,7 @@ def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
         pids_limit=number("HARBOR_OPENENV_PIDS_LIMIT", defaults.pids_limit, int),
         orchestration_token=env.get("HARBOR_OPENENV_ORCHESTRATION_TOKEN") or None,
         default_task=env.get("HARBOR_OPENENV_DEFAULT_TASK") or None,
+        pool_size=number("HARBOR_OPENENV_POOL_SIZE", defaults.pool_size, int, zero=True),
     )
 
 
@@ -128,8 +132,8 @@ def build_app(
     """Create the OpenEnv app serving the tasks folder; arguments override the environment."""
     caller = sys._getframe(1).f_globals.get("__file__")
     root = Path(tasks or os.environ.get("HARBOR_OPENENV_TASKS") or _default_tasks(caller))
-    runtime = Runtime(root, settings or settings_from_env())
     sessions = max_sessions or int(os.environ.get("HARBOR_OPENENV_MAX_SESSIONS", "8"))
+    runtime = Runtime(root, settings or settings_from_env(), max_sessions=sessions)
     idle = session_timeout_s or float(os.environ.get("HARBOR_OPENENV_SESSION_TIMEOUT_S", "1800"))
     app = create_app(
         functools.partial(HarborEnvironment, runtime),
@@ -156,7 +160,15 @@ def build_app(
     def _remove_own() -> None:
         runtime.shutdown()
 
+    def _prewarm() -> None:
+        try:
+            runtime.prewarm()
+        except Exception as exc:  # a reset reports the same problem to its caller
+            log.warning("could not prewarm the container pool: %s", exc)
+
     app.router.on_startup.append(_remove_orphans)
+    if runtime.settings.pool_size:  # in the background: the default task's image may need a build
+        app.router.on_startup.append(threading.Thread(target=_prewarm, daemon=True).start)
     app.router.on_shutdown.append(_remove_own)
 
     return app

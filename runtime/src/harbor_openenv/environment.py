@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import os
 import random
@@ -40,11 +41,22 @@ from .dataset import (
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
 from .models import ORCHESTRATION_ACTIONS, HarborAction, HarborObservation, HarborState
-from .reward import VERIFIER_DIR, Reward, parse_reward, scalar
+from .pool import ContainerPool, ContainerSpec
+from .reward import REWARD_FILES, VERIFIER_DIR, Reward, parse_reward, scalar
 from .sandbox import PathEscapeError, Sandbox, SandboxError, remove_containers, server_identity
 from .steps import final_metrics, min_reward_failure
 
 _TAIL = 8192
+_TEST_STDOUT = "test-stdout.txt"
+# Run as root before the verifier: $1 (the verifier's output folder) emptied and writable by all;
+# $2 (/tests) emptied for staging ($3 = stage) or, when the image brings it, its test.sh made
+# executable (as Harbor does; a failure there shows when test.sh runs).
+_PREPARE_VERIFIER = r"""
+rm -rf -- "$1" && mkdir -p -- "$1" && chmod 777 -- "$1" || exit 1
+if [ "$3" = stage ]; then rm -rf -- "$2" && mkdir -p -- "$2" || exit 1
+else chmod +x -- "$2/test.sh" 2>/dev/null; fi
+exit 0
+"""
 
 
 @dataclass(frozen=True)
@@ -59,12 +71,16 @@ class Settings:
     pids_limit: int = 4096
     orchestration_token: str | None = None
     default_task: str | None = None
+    pool_size: int = 0  # pre-started containers kept per container spec (0: no warm pool)
 
 
 class Runtime:
-    """What every session of one server shares: the dataset, the engine, the image cache."""
+    """What every session of one server shares: the dataset, the engine, the image cache, the
+    warm pool (whose idle containers and the running episodes stay within ``max_sessions``)."""
 
-    def __init__(self, tasks_root: Path, settings: Settings | None = None) -> None:
+    def __init__(
+        self, tasks_root: Path, settings: Settings | None = None, *, max_sessions: int = 8
+    ) -> None:
         self.dataset = Dataset(tasks_root)
         self.settings = settings or Settings()
         self.owner = server_identity()
@@ -72,6 +88,9 @@ class Runtime:
         self._resolver: ImageResolver | None = None
         self._lock = threading.Lock()
         self._checked: set[str] = set()
+        self.pool = ContainerPool(
+            lambda: self.docker, owner=self.owner, size=self.settings.pool_size, limit=max_sessions
+        )
 
     @property
     def docker(self) -> docker.DockerClient:
@@ -111,8 +130,22 @@ class Runtime:
         """Remove containers left behind by servers that are no longer running."""
         return remove_containers(self.docker)
 
+    def prewarm(self) -> None:
+        """Start filling the warm pool for the default task, if the pool is on and can serve it."""
+        ids = self.dataset.ids
+        if self.settings.pool_size <= 0 or not ids:
+            return
+        task = self.dataset[self.settings.default_task or ids[0]]
+        if _refusal(task) or task.compose_file is not None or self.check_files(task):
+            return
+        table = task.config.environment
+        env = _resolve_envs(task).environment
+        image = self.images.resolve(task)
+        self.pool.want(_spec(image, table, env, table.network_mode, self.settings.pids_limit))
+
     def shutdown(self) -> int:
-        """Remove every container this server started."""
+        """Empty the warm pool and remove every container this server started."""
+        self.pool.close()
         if self._docker is None:
             return 0
         return remove_containers(self._docker, owner=self.owner)
@@ -186,6 +219,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._step_metrics: list[dict[str, float] | None] = []
         self._step_info: list[dict] = []
         self._verifier_dirs_used = False
+        self._counted = False  # the episode counts against the warm pool's limit
 
     # -- episode -------------------------------------------------------------------------------
 
@@ -220,6 +254,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 env=self._envs.environment,
                 compose=task.compose_file is not None,
                 network_mode=config.environment.network_mode,
+                episode=True,
             )
             self._healthcheck(config.environment.healthcheck, None, "[environment.healthcheck]")
             if config.steps:
@@ -251,8 +286,13 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         env: dict[str, str],
         compose: bool,
         network_mode: str,
+        episode: bool = False,
     ) -> Sandbox:
-        """Start a task environment: one container, or the compose project around ``main``."""
+        """Start a task environment: one container, or the compose project around ``main``.
+
+        ``episode``: the episode's own environment, counted against the warm pool's limit until
+        the episode ends; a container (not a compose project) then comes from the pool if ready.
+        """
         common = dict(
             task_id=task.id,
             owner=self._runtime.owner,
@@ -262,8 +302,10 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             env=env,
             pids_limit=self._runtime.settings.pids_limit,
         )
+        spec = None
         if compose:
-            return ComposeSandbox.start_project(
+            start = functools.partial(
+                ComposeSandbox.start_project,
                 self._runtime.docker,
                 image,
                 compose_file=task.compose_file,
@@ -272,8 +314,16 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 timeout_s=table.build_timeout_sec,
                 **common,
             )
-        network = "none" if network_mode == "no-network" else None
-        return Sandbox.start(self._runtime.docker, image, network=network, **common)
+        else:
+            spec = _spec(image, table, env, network_mode, self._runtime.settings.pids_limit)
+            start = functools.partial(
+                spec.start, self._runtime.docker, owner=self._runtime.owner, task_id=task.id
+            )
+        if not episode:
+            return start()
+        sandbox = self._runtime.pool.acquire(spec, start)
+        self._counted = True
+        return sandbox
 
     def _healthcheck(self, check: HealthcheckConfig | None, user, field_name: str) -> None:
         """Run ``check`` until it passes, with Docker HEALTHCHECK's retries, as Harbor does."""
@@ -480,12 +530,12 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         """Stop the agent and run the (current step's) verifier, in this container or, for a
         separate verifier, in its own; then end the episode or move on to the next step."""
         task, step = self._task, self._step()
-        self._sandbox.stop_processes()
         if verifier_mode(task.config, step) == "separate":
+            self._sandbox.stop_processes()
             verdict = self._verify_separately(step)
         else:
             self._verifier_dirs_used = True
-            verdict = self._verify(self._sandbox, step, bundled=False)
+            verdict = self._verify(self._sandbox, step, bundled=False, stop_agent=True)
         info = {
             "metrics": verdict.reward.metrics,
             "reward_details": verdict.reward.details,
@@ -559,34 +609,38 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             },
         )
 
-    def _verify(self, sandbox: Sandbox, step: StepConfig | None, *, bundled: bool) -> _Verdict:
+    def _verify(
+        self, sandbox: Sandbox, step: StepConfig | None, *, bundled: bool, stop_agent: bool = False
+    ) -> _Verdict:
         """Clear /logs/verifier, stage tests/ (then steps/<name>/tests/) to /tests unless the image
-        brings them, run test.sh as Harbor does and read the reward."""
+        brings them, run test.sh as Harbor does and read the reward: three round trips, the first
+        of which stops the agent's processes when ``stop_agent``."""
         config = self._task.config
-        cleared = sandbox.exec_root(
-            'rm -rf -- "$1" && mkdir -p -- "$1" && chmod 777 -- "$1"', VERIFIER_DIR
+        folders = [] if bundled else [self._task.path / "tests"]
+        if step is not None and not bundled:
+            folders.append(self._task.path / "steps" / step.name / "tests")
+        present = [folder for folder in folders if folder.is_dir()]
+        args = (VERIFIER_DIR, "/tests", "stage" if present else "keep")
+        prepared = (
+            sandbox.stop_processes(_PREPARE_VERIFIER, *args)
+            if stop_agent
+            else sandbox.exec_root(_PREPARE_VERIFIER, *args)
         )
-        if cleared.exit_code != 0:
-            raise SandboxError(f"cannot clear {VERIFIER_DIR}: {cleared.output.strip()}")
-        if not bundled:
-            folders = [self._task.path / "tests"]
-            if step is not None:
-                folders.append(self._task.path / "steps" / step.name / "tests")
-            present = [folder for folder in folders if folder.is_dir()]
-            for index, folder in enumerate(present):
-                sandbox.put_dir(folder, "/tests", replace=index == 0)
-        sandbox.exec_root("chmod +x /tests/test.sh")
+        if prepared.exit_code != 0:
+            raise SandboxError(f"cannot prepare the verifier: {prepared.output.strip()}")
+        for folder in present:
+            sandbox.put_dir(folder, "/tests", prepared=True, executable="test.sh")
         table = step.verifier if step else config.verifier
         user = table.user if table.user is not None else config.verifier.user
-        run = sandbox.exec(
-            f"(/tests/test.sh) > {VERIFIER_DIR}/test-stdout.txt 2>&1",
+        run, files = sandbox.exec_then_read(
+            f"(/tests/test.sh) > {VERIFIER_DIR}/{_TEST_STDOUT} 2>&1",
+            VERIFIER_DIR,
+            {**dict.fromkeys(REWARD_FILES), _TEST_STDOUT: _TAIL},
             timeout_s=table.timeout_sec,
-            max_output=_TAIL,
             user=_user(user),
             env=self._envs.verifier.get(step.name if step else None, {}),
         )
-        files = sandbox.get_files(VERIFIER_DIR)
-        stdout = files.pop("test-stdout.txt", b"")[-_TAIL:].decode("utf-8", errors="replace")
+        stdout = files.pop(_TEST_STDOUT, b"").decode("utf-8", errors="replace")
         reward = parse_reward({} if run.timed_out else files)
         return _Verdict(reward, stdout, run.timed_out, table.timeout_sec)
 
@@ -635,8 +689,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         if not (solution / "solve.sh").is_file():
             where = solution.relative_to(self._task.path).as_posix()
             return self._fail("solve", f"{self._task.id}/{where}/solve.sh: missing")
-        sandbox.put_dir(solution, "/solution")
-        sandbox.exec_root("chmod +x /solution/solve.sh")
+        sandbox.put_dir(solution, "/solution", executable="solve.sh")
         timeout = self._agent_timeout() or self._runtime.settings.solve_timeout_s
         run = sandbox.exec(
             "(/solution/solve.sh) > /logs/agent/oracle.txt 2>&1",
@@ -671,8 +724,13 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def _end_episode(self) -> None:
         sandbox, self._sandbox, self._task = self._sandbox, None, None
-        if sandbox is not None:
-            sandbox.remove()
+        try:
+            if sandbox is not None:
+                sandbox.remove()
+        finally:
+            if self._counted:
+                self._counted = False
+                self._runtime.pool.release()
 
     @property
     def state(self) -> HarborState:
@@ -680,6 +738,21 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def close(self) -> None:
         self._end_episode()
+
+
+def _spec(
+    image: str, table: EnvironmentConfig, env: dict[str, str], network_mode: str, pids_limit: int
+) -> ContainerSpec:
+    """How reset starts a task's container: everything but the task's label."""
+    return ContainerSpec(
+        image,
+        workdir=table.workdir,
+        cpus=table.cpus,
+        memory_mb=table.memory_mb,
+        network="none" if network_mode == "no-network" else None,
+        env=tuple(sorted(env.items())),
+        pids_limit=pids_limit,
+    )
 
 
 def _refusal(task: Task) -> str | None:

@@ -153,29 +153,34 @@ def remove_containers(client: docker.DockerClient, *, owner: str | None = None) 
     return removed
 
 
-# Stops every process but PID 1 and those running before the agent acted, then reports leftovers.
-# Builtins only inside the loop, so the script never kills a child of its own.
+# A function that stops every process but PID 1 and those in $1 (running before the agent acted),
+# then reports leftovers. Builtins only inside the loop, so it never kills a child of its own.
 # Processes are named "pid:start time", so an agent cannot cycle PIDs until one of its own
-# takes a kept process's number.
+# takes a kept process's number. A script appended (see stop_processes) gets the other arguments.
 _STOP_PROCESSES = r"""
-keep=" $1 "; self=$$; pass=0
-while [ $pass -lt 50 ]; do
-  found=0
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    case "$p" in "$self"|1) continue ;; esac
-    read -r line < "$d/stat" 2>/dev/null || continue
-    rest=${line##*) }; state=${rest%% *}
-    [ "$state" = Z ] && continue
-    set -- $rest; shift 19
-    case "$keep" in *" $p:$1 "*) continue ;; esac
-    kill -KILL "$p" 2>/dev/null && found=1
+stop_all() {
+  keep=" $1 "; self=$$; pass=0
+  while [ $pass -lt 50 ]; do
+    found=0
+    for d in /proc/[0-9]*; do
+      p=${d#/proc/}
+      case "$p" in "$self"|1) continue ;; esac
+      read -r line < "$d/stat" 2>/dev/null || continue
+      rest=${line##*) }; state=${rest%% *}
+      [ "$state" = Z ] && continue
+      set -- $rest; shift 19
+      case "$keep" in *" $p:$1 "*) continue ;; esac
+      kill -KILL "$p" 2>/dev/null && found=1
+    done
+    [ $found = 0 ] && return 0
+    pass=$((pass + 1))
   done
-  [ $found = 0 ] && exit 0
-  pass=$((pass + 1))
-done
-echo "processes still running after $pass passes" >&2; exit 1
+  echo "processes still running after $pass passes" >&2; return 1
+}
+stop_all "$1" || exit 97
+shift
 """
+_STOP_FAILED = 97
 
 # Prints "pid:start time" of every process but itself (the baseline stop_processes keeps).
 _LIST_PROCESSES = r"""
@@ -184,6 +189,33 @@ for d in /proc/[0-9]*; do
   read -r line < "$d/stat" 2>/dev/null || continue
   set -- ${line##*) }; shift 19; printf '%s:%s ' "$p" "$1"
 done
+"""
+
+# Appended to a bash command: prints files of folder $1 after the command ran, in one round trip.
+# Output: a line "$2", then "name base64" per present regular file ("name" whole when at most $3
+# bytes, "name:N" its last N bytes), then "$2." -- the end line only when every read worked, so a
+# missing base64, an unreadable or too-big file leaves it out and the caller reads an archive.
+_EMIT_FILES = r"""
+status=$?
+set -o pipefail
+cd -- "$1" 2>/dev/null && command -v base64 >/dev/null 2>&1 || exit $status
+mark=$2; limit=$3; shift 3
+printf '\n%s\n' "$mark"
+for spec; do
+  name=${spec%%:*}
+  { [ -L "$name" ] || [ ! -e "$name" ]; } && continue
+  [ -f "$name" ] && [ -r "$name" ] || exit $status
+  printf '%s ' "$name"
+  if [ "$name" = "$spec" ]; then
+    [ "$(wc -c < "$name")" -le "$limit" ] || exit $status
+    base64 < "$name" | tr -d '\n' || exit $status
+  else
+    tail -c "${spec#*:}" -- "$name" | base64 | tr -d '\n' || exit $status
+  fi
+  printf '\n'
+done
+printf '%s.\n' "$mark"
+exit $status
 """
 
 # Kills the processes that carry one exec's marker in their environment (a timed-out exec).
@@ -272,7 +304,7 @@ class Sandbox:
         client: docker.DockerClient,
         image: str,
         *,
-        task_id: str,
+        task_id: str | None,
         owner: str,
         workdir: str | None = None,
         cpus: float | None = None,
@@ -280,8 +312,13 @@ class Sandbox:
         network: str | None = None,
         env: dict[str, str] | None = None,
         pids_limit: int | None = None,
+        labels: dict[str, str] | None = None,
     ) -> Sandbox:
-        """Start a container kept alive by ``sleep infinity``, as Harbor's compose file does."""
+        """Start a container kept alive by ``sleep infinity``, as Harbor's compose file does.
+
+        ``labels`` join the runtime's; ``task_id`` None leaves out the task's (a warm-pool
+        container serves whichever task asks first).
+        """
         options = {}
         if cpus:
             options["nano_cpus"] = int(cpus * 1e9)
@@ -296,7 +333,12 @@ class Sandbox:
                 image,
                 ["sh", "-c", "sleep infinity"],
                 detach=True,
-                labels={LABEL: "1", LABEL_OWNER: owner, LABEL_TASK: task_id[:200]},
+                labels={
+                    LABEL: "1",
+                    LABEL_OWNER: owner,
+                    **({LABEL_TASK: task_id[:200]} if task_id is not None else {}),
+                    **(labels or {}),
+                },
                 environment=env or {},
                 working_dir=workdir or None,
                 **options,
@@ -422,11 +464,13 @@ class Sandbox:
             time.sleep(0.01)
         return None
 
-    def stop_processes(self) -> None:
-        """Kill every process started since the container came up (agent processes included)."""
-        result = self.exec_root(_STOP_PROCESSES, self._baseline)
-        if result.exit_code != 0:
+    def stop_processes(self, then: str = "", *args: str) -> ExecResult:
+        """Kill every process started since the container came up (agent processes included),
+        then run the root sh script ``then`` with ``args`` in the same round trip; its result."""
+        result = self.exec_root(_STOP_PROCESSES + then, self._baseline, *args)
+        if result.exit_code == _STOP_FAILED or (not then and result.exit_code != 0):
             raise SandboxError(f"could not stop the agent's processes: {result.output.strip()}")
+        return result
 
     def mark_baseline(self) -> None:
         """Count every process running now as the environment's (stop_processes keeps them)."""
@@ -496,17 +540,83 @@ class Sandbox:
         }.get(result.exit_code)
         raise SandboxError(f"{path}: {problem or result.output.strip() or op + ' failed'}")
 
-    def put_dir(self, source: Path, destination: str, *, replace: bool = True) -> None:
+    def put_dir(
+        self,
+        source: Path,
+        destination: str,
+        *,
+        replace: bool = True,
+        prepared: bool = False,
+        executable: str | None = None,
+    ) -> None:
         """Copy the host folder ``source`` into ``destination`` (emptied first when ``replace``),
-        owned by root."""
-        script = 'rm -rf -- "$1" && mkdir -p -- "$1"' if replace else 'mkdir -p -- "$1"'
-        cleared = self.exec_root(script, destination)
-        if cleared.exit_code != 0:
-            raise SandboxError(f"cannot prepare {destination}: {cleared.output.strip()}")
+        owned by root. ``prepared``: the caller made ``destination`` already (one round trip
+        fewer). ``executable``: a file at the folder's top that gets its execute bits."""
+        if not prepared:
+            script = 'rm -rf -- "$1" && mkdir -p -- "$1"' if replace else 'mkdir -p -- "$1"'
+            cleared = self.exec_root(script, destination)
+            if cleared.exit_code != 0:
+                raise SandboxError(f"cannot prepare {destination}: {cleared.output.strip()}")
+
+        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            if executable is not None and info.name == f"./{executable}" and info.isfile():
+                info.mode |= 0o111
+            return _root_owned(info)
+
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
-            archive.add(source, arcname=".", filter=_root_owned)
+            archive.add(source, arcname=".", filter=owned)
         self._put(destination, buffer.getvalue())
+
+    def exec_then_read(
+        self,
+        command: str,
+        folder: str,
+        files: dict[str, int | None],
+        *,
+        timeout_s: float,
+        user: str | None = None,
+        env: dict[str, str] | None = None,
+        limit: int = 1 << 20,
+    ) -> tuple[ExecResult, dict[str, bytes]]:
+        """Run ``command`` as :meth:`exec` does (in a subshell), then read the regular files
+        ``files`` names in ``folder`` (whole, or their last N bytes when N is given) in the same
+        round trip.
+
+        When that read cannot be trusted (the command timed out, the image has no base64, a file
+        is unreadable or over ``limit`` bytes) the files come from :meth:`get_files` instead.
+        """
+        mark = uuid.uuid4().hex
+        specs = [name if tail is None else f"{name}:{tail}" for name, tail in files.items()]
+        exec_mark = f"{_EXEC_MARK}={uuid.uuid4().hex}"
+        room = sum(limit if tail is None else tail for tail in files.values()) * 4 // 3 + 4096
+        result = self._run(
+            [
+                "bash",
+                "-c",
+                f"(\n{command}\n)\n{_EMIT_FILES}",
+                "bash",
+                folder,
+                mark,
+                str(limit),
+                *specs,
+            ],
+            timeout_s=timeout_s,
+            max_output=room,
+            user=user or "",
+            environment=[f"{k}={v}" for k, v in (env or {}).items()] + [exec_mark],
+            workdir=self.workdir,
+            mark=exec_mark,
+        )
+        found = _emitted(result, mark)
+        if found is not None:
+            return result, found
+        read = self.get_files(folder)
+        return result, {
+            name: read[name] if tail is None else read[name][-tail:]
+            for name, tail in files.items()
+            if name in read
+        }
 
     def get_files(self, folder: str) -> dict[str, bytes]:
         """The regular files directly inside ``folder`` (empty when it does not exist)."""
@@ -545,6 +655,24 @@ class Sandbox:
             raise SandboxError(
                 f"writing to {destination} failed: {exc.explanation or exc}"
             ) from None
+
+
+def _emitted(result: ExecResult, mark: str) -> dict[str, bytes] | None:
+    """The files ``_EMIT_FILES`` printed after ``mark``, or None when its output is incomplete."""
+    if result.timed_out or result.truncated:
+        return None
+    start = result.output.rfind(f"\n{mark}\n")
+    if start < 0 or not result.output.endswith(f"\n{mark}.\n"):
+        return None
+    lines = result.output[start + len(mark) + 2 : -len(mark) - 2].splitlines()
+    found = {}
+    for line in lines:
+        name, _, data = line.partition(" ")
+        try:
+            found[name] = base64.b64decode(data, validate=True)
+        except ValueError:
+            return None
+    return found
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -1,0 +1,113 @@
+"""Sandbox.exec_then_read against a real container: the one-round-trip read and its fallback."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+
+import pytest
+
+from harbor_openenv.sandbox import Sandbox, server_identity
+
+pytestmark = pytest.mark.docker
+
+OUT = "/logs/out"
+FILES = {"reward.txt": None, "reward.json": None, "stdout.txt": 100}
+
+
+@pytest.fixture(scope="module")
+def sandbox(docker_client):
+    sandbox = Sandbox.start(
+        docker_client,
+        "debian:bookworm-slim",
+        task_id="sandbox-read",
+        owner=server_identity(),
+        workdir="/work",
+        network="none",
+    )
+    yield sandbox
+    sandbox.remove()
+
+
+@pytest.fixture
+def archive_reads(sandbox, monkeypatch) -> list[str]:
+    """The folders read through an archive (the fallback) during the test."""
+    reads: list[str] = []
+    original = sandbox.get_files
+
+    def counted(folder: str) -> dict[str, bytes]:
+        reads.append(folder)
+        return original(folder)
+
+    monkeypatch.setattr(sandbox, "get_files", counted)
+    return reads
+
+
+def fill(sandbox: Sandbox, script: str) -> None:
+    """A fresh OUT folder made by ``script`` (base64 put back if a test took it away)."""
+    restore = "if [ -e /usr/bin/base64.off ]; then mv /usr/bin/base64.off /usr/bin/base64; fi"
+    result = sandbox.exec_root(
+        f"{restore}; rm -rf {OUT} && mkdir -p {OUT} && chmod 777 {OUT} && cd {OUT} && {script}"
+    )
+    assert result.exit_code == 0, result.output
+
+
+def test_files_come_back_with_the_command_in_one_round_trip(sandbox, archive_reads):
+    binary = os.urandom(3000)
+    fill(sandbox, "printf '1\\n' > reward.txt && seq 1 1000 > stdout.txt")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo("reward.json")
+        info.size = len(binary)
+        archive.addfile(info, io.BytesIO(binary))
+    sandbox.container.put_archive(OUT, buffer.getvalue())
+
+    result, files = sandbox.exec_then_read("exit 3", OUT, FILES, timeout_s=30)
+
+    assert archive_reads == []
+    assert result.exit_code == 3  # the command's own status, not the read's
+    assert files == {
+        "reward.txt": b"1\n",
+        "reward.json": binary,
+        "stdout.txt": "\n".join(map(str, range(1, 1001))).encode()[-99:] + b"\n",
+    }
+    assert files == {
+        name: data if FILES[name] is None else data[-FILES[name] :]
+        for name, data in sandbox.get_files(OUT).items()
+    }
+
+
+def test_absent_files_and_symlinks_are_left_out(sandbox, archive_reads):
+    fill(sandbox, "echo secret > /root-only && ln -s /root-only reward.txt")
+    result, files = sandbox.exec_then_read("true", OUT, FILES, timeout_s=30)
+    assert (result.exit_code, files, archive_reads) == (0, {}, [])
+
+
+@pytest.mark.parametrize(
+    ("why", "script", "command", "user"),
+    [
+        ("a file over the limit", "head -c 5000 /dev/zero > reward.json", "true", None),
+        (
+            "an image without base64",
+            "echo 0.5 > reward.txt && mv /usr/bin/base64 /usr/bin/base64.off",
+            "true",
+            None,
+        ),
+        (
+            "a file the user cannot read",
+            "echo 0.5 > reward.txt && chmod 600 reward.txt",
+            "true",
+            "nobody",
+        ),
+        ("the command timed out", "echo 0.5 > reward.txt", "sleep 30", None),
+    ],
+)
+def test_an_untrustworthy_read_falls_back_to_the_archive(
+    sandbox, archive_reads, why, script, command, user
+):
+    fill(sandbox, script)
+    _, files = sandbox.exec_then_read(command, OUT, FILES, timeout_s=3, user=user, limit=4096)
+    assert archive_reads == [OUT], why
+    assert files == sandbox.get_files(OUT), why
+    assert files, why
