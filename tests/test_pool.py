@@ -91,7 +91,8 @@ def test_reset_hands_out_prestarted_containers_once_and_refills(docker_client):
             assert env.exec("pwd").observation.output.strip() == "/work"
             env.write("answer.txt", "42\n")
             assert env.evaluate().reward == 1.0
-            assert not exists(docker_client, mine)  # removed, never returned to the pool
+            # Removed (in the background, after the answer), never returned to the pool.
+            assert wait_until(lambda mine=mine: not exists(docker_client, mine))
             seen.append(mine)
         wait_ready(docker_client, srv, 2)
         time.sleep(2)
@@ -112,7 +113,7 @@ def test_a_stopped_pooled_container_is_never_handed_out(docker_client):
         mine = container_of(env)
         assert not any(full.startswith(mine) for full in dead)
         assert env.exec("echo ok").observation.output == "ok\n"
-        assert not any(exists(docker_client, container) for container in dead)
+        assert wait_until(lambda: not any(exists(docker_client, c) for c in dead))
         env.write("answer.txt", "42\n")
         assert env.evaluate().reward == 1.0
 
@@ -194,4 +195,4 @@ def test_without_a_pool_size_reset_starts_its_own_container(server, docker_clien
         assert POOL_LABEL not in only["Labels"]
         assert only["Created"] >= int(before)  # started by this reset
         env.evaluate()
-        assert not mine()
+        assert wait_until(lambda: not mine())

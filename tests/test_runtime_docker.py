@@ -200,11 +200,11 @@ def test_episode_end_and_disconnect_leave_no_container(server, docker_client):
         env.reset(task_id="edit-file")
         assert len(mine()) == 1
         env.evaluate()
-        assert not mine()
+        assert wait_until(lambda: not mine())  # removed in the background after the answer
         env.reset(task_id="edit-file")
         assert len(mine()) == 1
         env.reset(task_id="edit-file")  # a new reset replaces the old container
-        assert len(mine()) == 1
+        assert wait_until(lambda: len(mine()) == 1)
     assert wait_until(lambda: not mine())  # a clean close
 
     # A client that vanishes without a close frame (a crashed trainer): drop the TCP socket.

@@ -11,11 +11,14 @@ import base64
 import binascii
 import functools
 import hmac
+import logging
 import os
 import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +49,9 @@ from .reward import REWARD_FILES, VERIFIER_DIR, Reward, parse_reward, scalar
 from .sandbox import PathEscapeError, Sandbox, SandboxError, remove_containers, server_identity
 from .steps import final_metrics, min_reward_failure
 
+log = logging.getLogger("harbor_openenv")
 _TAIL = 8192
+_REMOVERS = 4  # threads removing ended episodes' containers
 _TEST_STDOUT = "test-stdout.txt"
 # Run as root before the verifier: $1 (the verifier's output folder) emptied and writable by all;
 # $2 (/tests) emptied for staging ($3 = stage) or, when the image brings it, its test.sh made
@@ -91,6 +96,7 @@ class Runtime:
         self.pool = ContainerPool(
             lambda: self.docker, owner=self.owner, size=self.settings.pool_size, limit=max_sessions
         )
+        self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
 
     @property
     def docker(self) -> docker.DockerClient:
@@ -143,8 +149,27 @@ class Runtime:
         image = self.images.resolve(task)
         self.pool.want(_spec(image, table, env, table.network_mode, self.settings.pids_limit))
 
+    def discard(self, sandbox: Sandbox, then: Callable[[], None]) -> None:
+        """Remove an ended episode's container in the background, so the step that ended the
+        episode answers first; ``then`` runs once it is gone. Shutdown waits for every removal."""
+
+        def remove() -> None:
+            try:
+                sandbox.remove()
+            except Exception as exc:  # the owner sweep at shutdown or restart tries again
+                log.warning("removing container %s failed: %s", sandbox.container.short_id, exc)
+            finally:
+                then()
+
+        try:
+            self._removals.submit(remove)
+        except RuntimeError:  # shutting down: no new background work
+            remove()
+
     def shutdown(self) -> int:
-        """Empty the warm pool and remove every container this server started."""
+        """Finish pending removals, empty the warm pool and remove every container this server
+        started."""
+        self._removals.shutdown(wait=True)
         self.pool.close()
         if self._docker is None:
             return 0
@@ -724,13 +749,12 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def _end_episode(self) -> None:
         sandbox, self._sandbox, self._task = self._sandbox, None, None
-        try:
-            if sandbox is not None:
-                sandbox.remove()
-        finally:
-            if self._counted:
-                self._counted = False
-                self._runtime.pool.release()
+        counted, self._counted = self._counted, False
+        release = self._runtime.pool.release if counted else _nothing
+        if sandbox is not None:
+            self._runtime.discard(sandbox, release)
+        else:
+            release()
 
     @property
     def state(self) -> HarborState:
@@ -753,6 +777,10 @@ def _spec(
         env=tuple(sorted(env.items())),
         pids_limit=pids_limit,
     )
+
+
+def _nothing() -> None:
+    pass
 
 
 def _refusal(task: Task) -> str | None:
