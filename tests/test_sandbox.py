@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
 import io
 import os
 import tarfile
+import time
 
 import pytest
 
@@ -111,3 +113,20 @@ def test_an_untrustworthy_read_falls_back_to_the_archive(
     assert archive_reads == [OUT], why
     assert files == sandbox.get_files(OUT), why
     assert files, why
+
+
+def test_output_read_along_with_the_response_headers_is_kept(sandbox, monkeypatch):
+    """docker-py issue 3332: when the client reads the exec's response late, its first read
+    takes the headers and the output together; that output must not be lost (it was under load,
+    as empty exec output). The client here waits before reading each response, as a loaded
+    machine's would."""
+    original = http.client.HTTPResponse.begin
+
+    def late(self) -> None:
+        time.sleep(0.3)
+        original(self)
+
+    monkeypatch.setattr(http.client.HTTPResponse, "begin", late)
+    for _ in range(3):
+        result = sandbox.exec("echo hi", timeout_s=30, max_output=1000)
+        assert (result.exit_code, result.output) == (0, "hi\n")

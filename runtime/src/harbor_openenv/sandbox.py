@@ -440,7 +440,7 @@ class Sandbox:
         deadline = time.monotonic() + timeout_s
         chunks, size, truncated, timed_out = [], 0, False, False
         try:
-            for data in _frames(raw, deadline):
+            for data in _frames(raw, deadline, _read_ahead(sock, raw)):
                 room = max_output - size
                 if room > 0:
                     chunks.append(data[:room])
@@ -681,9 +681,31 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def _frames(sock: socket.socket, deadline: float):
-    """Payloads of Docker's multiplexed exec stream, raising TimeoutError past ``deadline``."""
-    buffer = b""
+def _read_ahead(sock, raw: socket.socket) -> bytes:
+    """The stream bytes the HTTP client read along with the response headers.
+
+    docker-py hands out the socket below the response's buffered reader, so output that arrived
+    in the same read as the headers sits in that buffer and is lost to a reader of the socket
+    (docker-py issue 3332: empty output under load). A non-blocking read1 returns what the buffer
+    holds, or what the socket has, without waiting.
+    """
+    reader = getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None)
+    reader = getattr(reader, "fp", None)
+    if reader is None:
+        return b""
+    timeout = raw.gettimeout()
+    raw.settimeout(0.0)
+    try:
+        return reader.read1(1 << 16) or b""
+    except BlockingIOError:
+        return b""
+    finally:
+        raw.settimeout(timeout)
+
+
+def _frames(sock: socket.socket, deadline: float, buffer: bytes = b""):
+    """Payloads of Docker's multiplexed exec stream (``buffer``: bytes already read from it),
+    raising TimeoutError past ``deadline``."""
     while True:
         while len(buffer) >= 8:
             size = struct.unpack(">I", buffer[4:8])[0]
