@@ -3,7 +3,8 @@
 Generates a dataset of 2,000 tasks and about 200 MB, then measures, in one run:
 
 - the dataset copy inside `copier copy` (copy + tasks.sha256, as the copy task reports it)
-  against a plain `cp -r` of the same folder: goal at most 1.5x;
+  against a plain `cp -r` of the same folder (the faster of one run before and one after):
+  goal at most 1.5x;
 - the whole `copier copy` against that dataset copy: goal at most 2 s more (a `copier copy` of a
   one-task dataset is printed beside it: copier's own cost, which this template cannot lower);
 - `copier update` (v0.1.0 to the working tree) of that environment against an update of the same
@@ -59,7 +60,11 @@ _PEAK = (
 
 
 def timed(command: list[str], cwd: Path | None = None) -> tuple[float, int, str]:
-    """Wall seconds, peak resident MB of the command and its children, and its output."""
+    """Wall seconds, peak resident MB of the command and its children, and its output.
+
+    Dirty pages of the previous steps are flushed first, so no step pays for another's writeback.
+    """
+    subprocess.run(["sync"], check=True)
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-c", _PEAK, *command], cwd=cwd, capture_output=True, text=True
@@ -110,11 +115,13 @@ def main() -> None:
         template = tagged_template_clone(work / "template")
         print(f"dataset: {args.tasks} tasks, {size / 1e6:.0f} MB of task data")
 
-        subprocess.run(["sync"], check=True)
-        cp_seconds, _, _ = timed(["cp", "-r", str(big / "tasks"), str(work / "cp-copy")])
+        # cp -r before and after the copier copy; the faster one is the baseline.
+        cp_before, _, _ = timed(["cp", "-r", str(big / "tasks"), str(work / "cp-copy-1")])
         tiny_copy, _, _ = copier_copy(template, NEW, tiny, work / "rendered-tiny")
         copy_seconds, copy_peak, output = copier_copy(template, NEW, big, work / "rendered")
         inner = float(re.search(r"into tasks/ in ([0-9.]+) s", output).group(1))
+        cp_after, _, _ = timed(["cp", "-r", str(big / "tasks"), str(work / "cp-copy-2")])
+        cp_seconds = min(cp_before, cp_after)
 
         repo_big = rendered_repo(template, big, work / "env-big")
         repo_tiny = rendered_repo(template, tiny, work / "env-tiny")
@@ -129,9 +136,9 @@ def main() -> None:
         ("copier update peak memory, big dataset (MB)", peak_big, "< 300 MB"),
     ]
     print(
-        f"cp -r {cp_seconds:.2f} s; copier copy {copy_seconds:.2f} s (dataset copy {inner:.2f} s,"
-        f" peak {copy_peak} MB); copier update {update_big:.2f} s big, {update_tiny:.2f} s tiny"
-        f" (peak {peak_big} MB big, {peak_tiny} MB tiny)"
+        f"cp -r {cp_before:.2f} s before, {cp_after:.2f} s after; copier copy {copy_seconds:.2f} s"
+        f" (dataset copy {inner:.2f} s, peak {copy_peak} MB); copier update {update_big:.2f} s big,"
+        f" {update_tiny:.2f} s tiny (peak {peak_big} MB big, {peak_tiny} MB tiny)"
     )
     width = max(len(name) for name, _, _ in rows)
     for name, value, goal in rows:

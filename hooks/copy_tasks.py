@@ -111,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     tasks_dir = dest / "tasks"
     started = time.monotonic()
     try:
-        manifest_mod.copy_tasks(root, tasks_dir, progress=Progress())
+        digests = manifest_mod.copy_tasks(root, tasks_dir, progress=Progress())
     except (manifest_mod.CopyError, OSError) as exc:
         fail(f"cannot copy the dataset: {exc}")
-    count = manifest_mod.write_manifest(tasks_dir, dest / manifest_mod.MANIFEST_NAME)
+    count = manifest_mod.write_manifest(tasks_dir, dest / manifest_mod.MANIFEST_NAME, digests)
     print(
         f"  copied {count} files into tasks/ in {time.monotonic() - started:.2f} s;"
         f" checksums in {manifest_mod.MANIFEST_NAME}",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harbor_openenv import manifest as manifest_module
 from harbor_openenv.manifest import (
     MANIFEST_NAME,
     CopyError,
@@ -70,6 +71,46 @@ def test_copy_is_byte_for_byte_with_modes_and_links(tmp_path):
     assert not [p for p in (tmp_path / "out").iterdir() if p.name != "tasks"]  # no temp dir left
 
 
+def test_copy_keeps_exact_modes_whatever_the_umask(tmp_path):
+    src = make_tree(tmp_path / "src")
+    (src / "a" / "group-writable").write_text("x")
+    (src / "a" / "group-writable").chmod(0o664)
+    (src / "a" / "locked").mkdir()
+    (src / "a" / "locked" / "inside").write_text("y")
+    (src / "a" / "locked").chmod(0o555)
+    (src / "a" / "setuid").write_text("z")
+    (src / "a" / "setuid").chmod(0o4755)
+    (src / "a" / "setgid-dir").mkdir()
+    (src / "a" / "setgid-dir").chmod(0o2750)
+    old = os.umask(0o077)
+    try:
+        copy_tasks(src, tmp_path / "out" / "tasks")
+    finally:
+        os.umask(old)
+    assert snapshot(tmp_path / "out" / "tasks") == snapshot(src)
+
+
+def test_copy_digests_give_the_same_manifest_as_reading_the_copy(tmp_path):
+    src = make_tree(tmp_path / "src")
+    (src / "back\\slash").write_text("1")
+    (src / "new\nline").write_text("2")
+    (src / "a" / "link-to-link").symlink_to("link.toml")
+    (src / "a" / "dangling").symlink_to("no-such-file")
+    env = tmp_path / "env"
+    digests = copy_tasks(src, env / "tasks")
+    assert digests["a/link-to-link"] == digests["a/link.toml"] == digests["a/task.toml"]
+    assert "a/dangling" not in digests and "nested/deep/b/shared" not in digests
+    assert write_manifest(env / "tasks", env / "from-copy.sha256", digests) == len(digests) == 9
+    write_manifest(env / "tasks", env / "from-files.sha256")
+    assert (env / "from-copy.sha256").read_bytes() == (env / "from-files.sha256").read_bytes()
+    # A manifest inside the folder it lists leaves itself out, either way.
+    inner = env / "tasks" / "own.sha256"
+    assert write_manifest(env / "tasks", inner, {**digests, "own.sha256": "0" * 64}) == 9
+    written = inner.read_bytes()
+    assert write_manifest(env / "tasks", inner) == 9 and inner.read_bytes() == written
+    assert verify_manifest(inner) == []
+
+
 def test_copy_into_empty_existing_dir(tmp_path):
     src = make_tree(tmp_path / "src")
     (tmp_path / "dst").mkdir()
@@ -102,16 +143,16 @@ def test_copy_refuses_links_leaving_the_dataset(tmp_path, target, message):
 def test_failed_copy_leaves_nothing(tmp_path, monkeypatch):
     src = make_tree(tmp_path / "src")
     (tmp_path / "out").mkdir()
-    real_copy2 = shutil.copy2
+    real_copy = manifest_module._copy_file
     calls = {"n": 0}
 
-    def flaky(a, b, **kw):
+    def flaky(src, dst, buffer):
         calls["n"] += 1
         if calls["n"] == 3:
             raise OSError("disk full")
-        return real_copy2(a, b, **kw)
+        return real_copy(src, dst, buffer)
 
-    monkeypatch.setattr(shutil, "copy2", flaky)
+    monkeypatch.setattr(manifest_module, "_copy_file", flaky)
     with pytest.raises(OSError, match="disk full"):
         copy_tasks(src, tmp_path / "out" / "tasks")
     assert list((tmp_path / "out").iterdir()) == []

@@ -17,7 +17,9 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from operator import attrgetter
 from pathlib import Path
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
 
 MANIFEST_NAME = "tasks.sha256"
 CHUNK_SIZE = 1 << 20  # hash in 1 MiB chunks so big files never sit in memory whole
+COPY_THREADS = 2  # one copies while the other waits on the disk (4 measured no better on 2 cores)
 
 
 class CopyError(Exception):
@@ -48,49 +51,149 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _entries(src: Path) -> Iterator[tuple[str, Path]]:
-    """Yield (kind, path) for everything under src: kind is "dir", "file", "link" or "other"."""
-    for root, dirs, files in os.walk(src):
-        dirs.sort()
-        for name in list(dirs):
-            path = Path(root, name)
-            if (
-                path.is_symlink()
-            ):  # os.walk lists links to directories here but does not follow them
-                dirs.remove(name)
-                yield "link", path
+def _walk(top: str) -> Iterator[tuple[str, os.DirEntry[str], str]]:
+    """Yield (kind, entry, relative posix path) for everything under top, parents first.
+
+    kind is "dir", "file", "link" or "other", read from the directory listing itself (no stat
+    per file); symlinks, to directories too, are never followed.
+    """
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        with os.scandir(f"{top}/{folder}" if folder else top) as listing:
+            entries = sorted(listing, key=attrgetter("name"))
+        subfolders = []
+        for entry in entries:
+            rel = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.is_symlink():
+                kind = "link"
+            elif entry.is_dir(follow_symlinks=False):
+                kind = "dir"
+                subfolders.append(rel)
+            elif entry.is_file(follow_symlinks=False):
+                kind = "file"
             else:
-                yield "dir", path
-        for name in sorted(files):
-            path = Path(root, name)
-            mode = path.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                yield "link", path
-            elif stat.S_ISREG(mode):
-                yield "file", path
-            else:
-                yield "other", path
+                kind = "other"
+            yield kind, entry, rel
+        pending.extend(reversed(subfolders))
 
 
-def _check_link(src_real: str, link: Path, shown: str) -> str:
-    """Return the link's target if it is relative and stays inside the dataset, else raise."""
+def _check_link(src_real: str, link: str, shown: str) -> str:
+    """Return the real path a link resolves to if it is relative and stays inside the dataset."""
     target = os.readlink(link)
     if os.path.isabs(target):
         raise CopyError(
             f"{shown}: symlink has an absolute target {target!r}; "
             "make it relative (inside the dataset) or replace it with the file"
         )
-    resolved = os.path.realpath(os.path.join(link.parent, target))
+    resolved = os.path.realpath(os.path.join(os.path.dirname(link), target))
     if os.path.commonpath([src_real, resolved]) != src_real:
         raise CopyError(
             f"{shown}: symlink to {target!r} points outside the dataset; "
             "replace it with a copy of the file it points to"
         )
-    return target
+    return resolved
 
 
-def copy_tasks(src: Path, dst: Path, progress: Callable[[int, int], None] | None = None) -> None:
+def _copy_file(src: str, dst: str, buffer: memoryview) -> str:
+    """Copy src's bytes and mode bits to the new file dst, hashing them on the way; the hex SHA-256.
+
+    One read of each byte (into a reused buffer), so the copy and its checksum cost one pass.
+    """
+    digest = hashlib.sha256()
+    source = os.open(src, os.O_RDONLY)
+    try:
+        mode = stat.S_IMODE(os.fstat(source).st_mode)
+        target = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            while size := os.readv(source, (buffer,)):
+                chunk = buffer[:size]
+                digest.update(chunk)
+                while chunk:
+                    chunk = chunk[os.write(target, chunk) :]
+            # Exactly the source's bits, whatever the umask; a chmod only where the umask (or a
+            # write, for set-user-ID bits) took some away, since each costs a journal entry.
+            if stat.S_IMODE(os.fstat(target).st_mode) != mode:
+                os.fchmod(target, mode)
+        finally:
+            os.close(target)
+    finally:
+        os.close(source)
+    return digest.hexdigest()
+
+
+def _make_folder(path: str, mode: int) -> None:
+    """mkdir, when another thread may not have made the parent yet, or made this one for it."""
+    try:
+        os.mkdir(path, mode)
+    except FileNotFoundError:
+        os.makedirs(path, mode, exist_ok=True)
+    except FileExistsError:
+        pass
+
+
+def _copy_folders(
+    folders: list[tuple[str, int, list[tuple[str, str]]]],
+    tmp: str,
+    progress: Callable[[int, int], None] | None,
+    total: int,
+) -> dict[str, str]:
+    """Make each folder in tmp and copy its files into it, on COPY_THREADS threads; the digests.
+
+    folders holds (relative path, mode bits, [(source path, relative path) of its files]),
+    parents first. File I/O and hashing release the GIL, so one thread copies while another waits
+    on the disk. The first failure stops every thread and is raised once all have stopped.
+    """
+    digests: dict[str, str] = {}
+    lock = threading.Lock()
+    pending = iter(folders)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def worker() -> None:
+        buffer = memoryview(bytearray(CHUNK_SIZE))
+        while not stop.is_set():
+            with lock:
+                item = next(pending, None)
+            if item is None:
+                return
+            folder, mode, files = item
+            try:
+                if folder:
+                    _make_folder(f"{tmp}/{folder}", mode | 0o700)  # ours to fill until the end
+                for path, rel in files:
+                    digest = _copy_file(path, f"{tmp}/{rel}", buffer)
+                    with lock:
+                        digests[rel] = digest
+                        if progress is not None:
+                            progress(len(digests), total)
+            except BaseException as exc:  # raised again by the calling thread
+                failures.append(exc)
+                stop.set()
+                return
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(COPY_THREADS - 1)]
+    for thread in threads:
+        thread.start()
+    try:
+        worker()
+    finally:  # also when interrupted: the others finish the folder in hand and stop
+        stop.set()
+        for thread in threads:
+            thread.join()
+    if failures:
+        raise failures[0]
+    return digests
+
+
+def copy_tasks(
+    src: Path, dst: Path, progress: Callable[[int, int], None] | None = None
+) -> dict[str, str]:
     """Copy every file under src to dst, byte for byte, keeping mode bits and in-tree symlinks.
+
+    Returns the SHA-256 of every file `write_manifest` lists (regular files and symlinks to
+    files, by path relative to dst), computed while copying: pass it to `write_manifest` so the
+    copy is not read again. Modification times are not kept (neither `cp -r` nor git keeps them).
 
     dst must not exist or be an empty directory. The copy is made in a temporary sibling directory
     that is renamed to dst at the end, so a failure leaves nothing half written. progress, if given,
@@ -102,43 +205,47 @@ def copy_tasks(src: Path, dst: Path, progress: Callable[[int, int], None] | None
     if dst.is_symlink() or (dst.exists() and (not dst.is_dir() or any(dst.iterdir()))):
         raise CopyError(f"{dst}: already exists and is not an empty directory")
     src_real = os.path.realpath(src)
-    plan: list[tuple[str, Path, str]] = []  # (kind, source path, relative posix path)
-    for kind, path in _entries(src):
-        rel = path.relative_to(src).as_posix()
-        if kind == "other":
+    # (relative path, mode bits, its files), parents first; "" is the top folder.
+    folders: list[tuple[str, int, list[tuple[str, str]]]] = [
+        ("", stat.S_IMODE(src.stat().st_mode), [])
+    ]
+    files_in = {"": folders[0][2]}
+    links: list[tuple[str, str, str]] = []  # (source path, relative path, real path it resolves to)
+    for kind, entry, rel in _walk(os.fspath(src)):
+        if kind == "dir":
+            folders.append((rel, stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode), []))
+            files_in[rel] = folders[-1][2]
+        elif kind == "file":
+            files_in[rel.rpartition("/")[0]].append((entry.path, rel))
+        elif kind == "link":
+            links.append((entry.path, rel, _check_link(src_real, entry.path, rel)))
+        else:
             raise CopyError(f"{rel}: not a regular file, directory or symlink; remove it")
-        if kind == "link":
-            _check_link(src_real, path, rel)
-        plan.append((kind, path, rel))
-    total = sum(kind != "dir" for kind, _, _ in plan)
+    copied = sum(len(files) for _, _, files in folders)
+    total = copied + len(links)
 
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.partial-", dir=dst.parent))
+    tmp = tempfile.mkdtemp(prefix=f".{dst.name}.partial-", dir=dst.parent)
     try:
-        done = 0
-        for kind, path, rel in plan:
-            out = tmp / rel
-            if kind == "dir":
-                out.mkdir()
-                continue
-            if kind == "link":
-                os.symlink(os.readlink(path), out)
-            else:
-                shutil.copy2(path, out)  # bytes, mode bits (exec bits included) and times
-            done += 1
+        digests = _copy_folders(folders, tmp, progress, total)
+        for done, (path, rel, resolved) in enumerate(links, copied + 1):
+            os.symlink(os.readlink(path), f"{tmp}/{rel}")
+            if os.path.isfile(resolved):  # sha256sum hashes what a link to a file points to
+                digests[rel] = digests[os.path.relpath(resolved, src_real)]
             if progress is not None:
                 progress(done, total)
-        # Directory modes last, so a read-only directory does not block the files copied into it.
-        for kind, path, rel in reversed(plan):
-            if kind == "dir":
-                shutil.copystat(path, tmp / rel)
-        shutil.copymode(src, tmp)
+        # Folder modes last, so a read-only folder does not block the files copied into it.
+        for rel, mode, _ in reversed(folders):
+            path = f"{tmp}/{rel}" if rel else tmp
+            if stat.S_IMODE(os.stat(path).st_mode) != mode:
+                os.chmod(path, mode)
         if dst.exists():
             dst.rmdir()
         os.rename(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return digests
 
 
 def _escape(name: str) -> tuple[str, str]:
@@ -162,37 +269,51 @@ def _unescape(name: str) -> str:
     return "".join(out)
 
 
+def _names_prefix(tasks_dir: Path, manifest: Path) -> str:
+    """tasks_dir relative to the manifest's directory, as manifest paths start ("" for itself)."""
+    base = manifest.parent.resolve()
+    prefix = Path(os.path.relpath(os.path.abspath(tasks_dir), base)).as_posix()
+    return "" if prefix == "." else prefix + "/"
+
+
 def listed_files(tasks_dir: Path, manifest: Path) -> list[tuple[str, Path]]:
     """The files a manifest lists for tasks_dir: (path relative to the manifest, absolute path)."""
-    base = manifest.parent.resolve()
-    manifest_abs = base / manifest.name
+    prefix = _names_prefix(tasks_dir, manifest)
     files = []
-    for kind, path in _entries(tasks_dir):
-        if kind == "dir" or (kind == "link" and not path.is_file()):
+    for kind, entry, rel in _walk(os.path.abspath(tasks_dir)):
+        if kind == "dir" or (kind == "link" and not os.path.isfile(entry.path)):
             continue  # sha256sum hashes what a link points to; links to directories have no hash
-        path = Path(os.path.abspath(path))
-        if path == manifest_abs:
-            continue
-        files.append((Path(os.path.relpath(path, base)).as_posix(), path))
+        name = prefix + rel
+        if name != manifest.name:
+            files.append((name, Path(entry.path)))
     return sorted(files)
 
 
-def write_manifest(tasks_dir: Path, manifest: Path) -> int:
+def write_manifest(
+    tasks_dir: Path, manifest: Path, digests: Mapping[str, str] | None = None
+) -> int:
     """Write a `sha256sum`-compatible manifest of every file under tasks_dir; return the count.
 
     Paths are relative to the manifest's directory (`tasks/<task>/task.toml` for the usual layout).
+    digests, when given, is what `copy_tasks` returned for this tasks_dir: the files are then not
+    read again.
     """
     tasks_dir, manifest = Path(tasks_dir), Path(manifest)
-    files = listed_files(tasks_dir, manifest)
+    if digests is None:
+        entries = [(name, file_sha256(path)) for name, path in listed_files(tasks_dir, manifest)]
+    else:
+        prefix = _names_prefix(tasks_dir, manifest)
+        entries = sorted((prefix + rel, digest) for rel, digest in digests.items())
+        entries = [(name, digest) for name, digest in entries if name != manifest.name]
     lines = []
-    for rel, path in files:
+    for rel, digest in entries:
         prefix, name = _escape(rel)
-        lines.append(f"{prefix}{file_sha256(path)}  {name}\n")
+        lines.append(f"{prefix}{digest}  {name}\n")
     tmp = manifest.with_name(manifest.name + ".tmp")
     with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
         f.writelines(lines)
     os.replace(tmp, manifest)
-    return len(files)
+    return len(entries)
 
 
 def read_manifest(manifest: Path) -> tuple[dict[str, str], list[str]]:

@@ -143,13 +143,13 @@ def sync_tasks(
     for leftover in (incoming, outgoing):
         shutil.rmtree(leftover, ignore_errors=True)
     try:
-        copy_tasks(dataset.root, incoming, progress=progress)
+        digests = copy_tasks(dataset.root, incoming, progress=progress)
     except (CopyError, OSError) as exc:
         shutil.rmtree(incoming, ignore_errors=True)
         raise SyncError(f"cannot copy the dataset: {exc}") from None
     os.rename(tasks_dir, outgoing)
     os.rename(incoming, tasks_dir)
-    write_manifest(tasks_dir, manifest)
+    write_manifest(tasks_dir, manifest, digests)
     shutil.rmtree(outgoing)
     report.readme_updated = write_summary(repo / "README.md", summary_markdown(by_kind))
     return report
