@@ -32,7 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "fixtures" / "tasks"
 TASK = "edit-file"
 TOKEN = "bench-token"
-HARBOR = Path(os.environ.get("HARBOR_BIN", "/tmp/hb/bin/harbor"))
+# Harbor as .ci/interop-tools.sh installs it (HARBOR_OPENENV_HARBOR_VENV), else on PATH.
+_HARBOR_VENV = (
+    os.environ.get("HARBOR_OPENENV_HARBOR_VENV")
+    or Path.home() / ".cache" / "harbor-openenv" / "harbor-venv"
+)
+HARBOR = Path(os.environ.get("HARBOR_BIN") or Path(_HARBOR_VENV, "bin", "harbor"))
 
 
 def median_s(run: Callable[[], object], reps: int) -> float:
