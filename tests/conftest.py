@@ -45,6 +45,24 @@ def docker_client():
     return client
 
 
+@pytest.fixture(scope="module")
+def bare_sandbox(docker_client, request):
+    """One task container per test module, started by the runtime's Sandbox as a task's would be:
+    debian:bookworm-slim, working directory /work, no network."""
+    from harbor_openenv.sandbox import Sandbox, server_identity
+
+    sandbox = Sandbox.start(
+        docker_client,
+        "debian:bookworm-slim",
+        task_id=request.module.__name__,
+        owner=server_identity(),
+        workdir="/work",
+        network="none",
+    )
+    yield sandbox
+    sandbox.remove()
+
+
 def _has_image(client, name: str) -> bool:
     import docker.errors
 

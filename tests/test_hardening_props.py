@@ -185,22 +185,6 @@ def file_actions(draw) -> tuple[str, str, bool]:
     )
 
 
-@pytest.fixture(scope="module")
-def probe_sandbox(docker_client):
-    from harbor_openenv.sandbox import Sandbox, server_identity
-
-    sandbox = Sandbox.start(
-        docker_client,
-        "debian:bookworm-slim",
-        task_id="hardening-props",
-        owner=server_identity(),
-        workdir="/work",
-        network="none",
-    )
-    yield sandbox
-    sandbox.remove()
-
-
 # A swap between confine and the action: the deepest existing folder on the confined path (inside
 # the workdir) becomes a symlink to /outside, as an agent's background process could make it.
 _SWAP = r"""
@@ -219,9 +203,9 @@ done
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(layout=layouts(), action=file_actions())
-def test_file_actions_never_touch_anything_outside_the_workdir(probe_sandbox, layout, action):
+def test_file_actions_never_touch_anything_outside_the_workdir(bare_sandbox, layout, action):
     op, path, swap = action
-    box = probe_sandbox
+    box = bare_sandbox
     reset = (
         "rm -rf /work /outside && mkdir -p /work /outside && cd /work"
         + "".join(f" && echo OUTSIDE > /outside/{name}" for name in OUTSIDE_FILES)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harbor_openenv.sandbox import Sandbox, server_identity
+from harbor_openenv.sandbox import Sandbox
 
 pytestmark = pytest.mark.docker
 
@@ -18,54 +18,40 @@ OUT = "/logs/out"
 FILES = {"reward.txt": None, "reward.json": None, "stdout.txt": 100}
 
 
-@pytest.fixture(scope="module")
-def sandbox(docker_client):
-    sandbox = Sandbox.start(
-        docker_client,
-        "debian:bookworm-slim",
-        task_id="sandbox-read",
-        owner=server_identity(),
-        workdir="/work",
-        network="none",
-    )
-    yield sandbox
-    sandbox.remove()
-
-
 @pytest.fixture
-def archive_reads(sandbox, monkeypatch) -> list[str]:
+def archive_reads(bare_sandbox, monkeypatch) -> list[str]:
     """The folders read through an archive (the fallback) during the test."""
     reads: list[str] = []
-    original = sandbox.get_files
+    original = bare_sandbox.get_files
 
     def counted(folder: str) -> dict[str, bytes]:
         reads.append(folder)
         return original(folder)
 
-    monkeypatch.setattr(sandbox, "get_files", counted)
+    monkeypatch.setattr(bare_sandbox, "get_files", counted)
     return reads
 
 
-def fill(sandbox: Sandbox, script: str) -> None:
+def fill(box: Sandbox, script: str) -> None:
     """A fresh OUT folder made by ``script`` (base64 put back if a test took it away)."""
     restore = "if [ -e /usr/bin/base64.off ]; then mv /usr/bin/base64.off /usr/bin/base64; fi"
-    result = sandbox.exec_root(
+    result = box.exec_root(
         f"{restore}; rm -rf {OUT} && mkdir -p {OUT} && chmod 777 {OUT} && cd {OUT} && {script}"
     )
     assert result.exit_code == 0, result.output
 
 
-def test_files_come_back_with_the_command_in_one_round_trip(sandbox, archive_reads):
+def test_files_come_back_with_the_command_in_one_round_trip(bare_sandbox, archive_reads):
     binary = os.urandom(3000)
-    fill(sandbox, "printf '1\\n' > reward.txt && seq 1 1000 > stdout.txt")
+    fill(bare_sandbox, "printf '1\\n' > reward.txt && seq 1 1000 > stdout.txt")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         info = tarfile.TarInfo("reward.json")
         info.size = len(binary)
         archive.addfile(info, io.BytesIO(binary))
-    sandbox.container.put_archive(OUT, buffer.getvalue())
+    bare_sandbox.container.put_archive(OUT, buffer.getvalue())
 
-    result, files = sandbox.exec_then_read("exit 3", OUT, FILES, timeout_s=30)
+    result, files = bare_sandbox.exec_then_read("exit 3", OUT, FILES, timeout_s=30)
 
     assert archive_reads == []
     assert result.exit_code == 3  # the command's own status, not the read's
@@ -76,13 +62,13 @@ def test_files_come_back_with_the_command_in_one_round_trip(sandbox, archive_rea
     }
     assert files == {
         name: data if FILES[name] is None else data[-FILES[name] :]
-        for name, data in sandbox.get_files(OUT).items()
+        for name, data in bare_sandbox.get_files(OUT).items()
     }
 
 
-def test_absent_files_and_symlinks_are_left_out(sandbox, archive_reads):
-    fill(sandbox, "echo secret > /root-only && ln -s /root-only reward.txt")
-    result, files = sandbox.exec_then_read("true", OUT, FILES, timeout_s=30)
+def test_absent_files_and_symlinks_are_left_out(bare_sandbox, archive_reads):
+    fill(bare_sandbox, "echo secret > /root-only && ln -s /root-only reward.txt")
+    result, files = bare_sandbox.exec_then_read("true", OUT, FILES, timeout_s=30)
     assert (result.exit_code, files, archive_reads) == (0, {}, [])
 
 
@@ -106,16 +92,16 @@ def test_absent_files_and_symlinks_are_left_out(sandbox, archive_reads):
     ],
 )
 def test_an_untrustworthy_read_falls_back_to_the_archive(
-    sandbox, archive_reads, why, script, command, user
+    bare_sandbox, archive_reads, why, script, command, user
 ):
-    fill(sandbox, script)
-    _, files = sandbox.exec_then_read(command, OUT, FILES, timeout_s=3, user=user, limit=4096)
+    fill(bare_sandbox, script)
+    _, files = bare_sandbox.exec_then_read(command, OUT, FILES, timeout_s=3, user=user, limit=4096)
     assert archive_reads == [OUT], why
-    assert files == sandbox.get_files(OUT), why
+    assert files == bare_sandbox.get_files(OUT), why
     assert files, why
 
 
-def test_output_read_along_with_the_response_headers_is_kept(sandbox, monkeypatch):
+def test_output_read_along_with_the_response_headers_is_kept(bare_sandbox, monkeypatch):
     """docker-py issue 3332: when the client reads the exec's response late, its first read
     takes the headers and the output together; that output must not be lost (it was under load,
     as empty exec output). The client here waits before reading each response, as a loaded
@@ -128,5 +114,5 @@ def test_output_read_along_with_the_response_headers_is_kept(sandbox, monkeypatc
 
     monkeypatch.setattr(http.client.HTTPResponse, "begin", late)
     for _ in range(3):
-        result = sandbox.exec("echo hi", timeout_s=30, max_output=1000)
+        result = bare_sandbox.exec("echo hi", timeout_s=30, max_output=1000)
         assert (result.exit_code, result.output) == (0, "hi\n")
