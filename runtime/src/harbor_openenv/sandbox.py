@@ -399,12 +399,14 @@ class Sandbox:
         user: str | None = None,
         env: dict[str, str] | None = None,
         workdir: str | None = None,
+        args: tuple[str, ...] = (),
     ) -> ExecResult:
-        """Run ``bash -c command``; on timeout every process it started is killed."""
+        """Run ``bash -c command`` (``args`` as its $1...); on timeout every process it started
+        is killed."""
         mark = f"{_EXEC_MARK}={uuid.uuid4().hex}"
         environment = [f"{k}={v}" for k, v in (env or {}).items()] + [mark]
         return self._run(
-            ["bash", "-c", command],
+            ["bash", "-c", command, *(("bash", *args) if args else ())],
             timeout_s=timeout_s,
             max_output=max_output,
             user=user or "",
@@ -588,25 +590,14 @@ class Sandbox:
         """
         mark = uuid.uuid4().hex
         specs = [name if tail is None else f"{name}:{tail}" for name, tail in files.items()]
-        exec_mark = f"{_EXEC_MARK}={uuid.uuid4().hex}"
         room = sum(limit if tail is None else tail for tail in files.values()) * 4 // 3 + 4096
-        result = self._run(
-            [
-                "bash",
-                "-c",
-                f"(\n{command}\n)\n{_EMIT_FILES}",
-                "bash",
-                folder,
-                mark,
-                str(limit),
-                *specs,
-            ],
+        result = self.exec(
+            f"(\n{command}\n)\n{_EMIT_FILES}",
             timeout_s=timeout_s,
             max_output=room,
-            user=user or "",
-            environment=[f"{k}={v}" for k, v in (env or {}).items()] + [exec_mark],
-            workdir=self.workdir,
-            mark=exec_mark,
+            user=user,
+            env=env,
+            args=(folder, mark, str(limit), *specs),
         )
         found = _emitted(result, mark)
         if found is not None:
