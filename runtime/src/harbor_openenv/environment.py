@@ -568,16 +568,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         }
         reward = None if verdict.timed_out else verdict.reward.value
         if step is None:
-            self._state.evaluated, self._state.reward = True, reward
-            self._end_episode()
-            return self._observe(
-                "evaluate",
-                reward=reward,
-                done=True,
-                error=verdict.error,
-                output=verdict.stdout,
-                info=info,
-            )
+            return self._conclude(reward, verdict.error, verdict.stdout, info)
         return self._finish_step(step, verdict, reward, info)
 
     def _finish_step(
@@ -618,20 +609,26 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 )
         metrics = final_metrics(self._step_metrics, config.multi_step_reward_strategy)
         final, error = scalar(metrics) if metrics else (None, "no step has a verifier result")
-        self._state.evaluated, self._state.reward = True, final
-        self._end_episode()
-        return self._observe(
-            "evaluate",
-            reward=final,
-            done=True,
-            error="; ".join(part for part in (stop, error) if part) or None,
-            output=verdict.stdout,
-            info={
+        return self._conclude(
+            final,
+            "; ".join(part for part in (stop, error) if part) or None,
+            verdict.stdout,
+            {
                 **info,
                 "steps": self._step_info,
                 "final_metrics": metrics,
                 "reward_strategy": config.multi_step_reward_strategy or "mean",
             },
+        )
+
+    def _conclude(
+        self, reward: float | None, error: str | None, output: str, info: dict
+    ) -> HarborObservation:
+        """Record the episode's reward, end the episode and answer the evaluate that ended it."""
+        self._state.evaluated, self._state.reward = True, reward
+        self._end_episode()
+        return self._observe(
+            "evaluate", reward=reward, done=True, error=error, output=output, info=info
         )
 
     def _verify(
