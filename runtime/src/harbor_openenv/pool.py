@@ -43,6 +43,7 @@ class ContainerSpec:
     network: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     pids_limit: int | None = None
+    helper_volume: str = ""
 
     def start(
         self,
@@ -64,6 +65,7 @@ class ContainerSpec:
             env=dict(self.env),
             pids_limit=self.pids_limit,
             labels=labels,
+            helper_volume=self.helper_volume,
         )
 
 
