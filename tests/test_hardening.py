@@ -177,8 +177,8 @@ def _pids_current(container) -> int:
 @pytest.mark.parametrize("task", ["bomb", "slow-check"])  # cpus = 1, 512 MB; the defaults
 def test_fork_bomb_stays_inside_its_pids_limit(hostile, docker_client, task):
     with hostile.client() as bomber, hostile.client() as neighbour:
-        bomber.reset(task_id=task)
-        neighbour.reset(task_id="edit-file")
+        assert bomber.reset(task_id=task).observation.error is None
+        assert neighbour.reset(task_id="edit-file").observation.error is None
         container = _container_of(docker_client, hostile, task)
         bomb = bomber.exec("bomb() { bomb | bomb & }; bomb; sleep 1", timeout_s=10)
         assert bomb.observation.error is None or bomb.observation.timed_out

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import Server
+from conftest import Server, runtime_containers
 
 pytestmark = pytest.mark.docker
 
@@ -35,13 +35,18 @@ PLANT = (
 
 
 def make_task(
-    root: Path, name: str, test_sh: str = GRADING, toml: str = "", files: dict | None = None
+    root: Path,
+    name: str,
+    test_sh: str = GRADING,
+    toml: str = "",
+    files: dict | None = None,
+    dockerfile: str = DOCKERFILE,
 ) -> None:
     """A task folder: debian with a world-writable /app, the given test.sh, task.toml's tail and
     more ``files`` by relative path."""
     task = root / name
     (task / "environment").mkdir(parents=True)
-    (task / "environment" / "Dockerfile").write_text(DOCKERFILE)
+    (task / "environment" / "Dockerfile").write_text(dockerfile)
     (task / "tests").mkdir()
     (task / "tests" / "test.sh").write_text(test_sh)
     (task / "instruction.md").write_text(f"Write 42 to /app/answer.txt ({name}).\n")
@@ -139,6 +144,14 @@ def tasks(tmp_path_factory) -> Path:
         test_sh="#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n",
         toml='environment_mode = "separate"\n',
     )
+    nobody = '\n[agent]\nuser = "nobody"\n'
+    make_task(
+        root,
+        "files-nobody",
+        toml=nobody,
+        dockerfile=DOCKERFILE + "RUN echo secret > key && chmod 600 key && echo mine > own\n",
+    )
+    make_task(root, "root-workdir-nobody", toml=nobody + '\n[environment]\nworkdir = "/"\n')
     make_task(
         root,
         "oracle",
@@ -296,3 +309,54 @@ def test_solve_stops_the_agent_before_staging_the_solution(srv):
         assert "No such file" in watched.observation.output, watched.observation
         assert "solve.sh" not in watched.observation.output, watched.observation
         assert env.evaluate().reward == 1.0
+
+
+def test_file_actions_run_as_the_agents_user(srv):
+    """Item 8: read/write/list have exactly the rights exec has, for an unprivileged agent."""
+    with srv.client() as env:
+        env.reset(task_id="files-nobody")
+        assert env.exec("cat key").observation.exit_code != 0  # exec cannot read it
+        read = env.read("key")
+        assert read.observation.error and "secret" not in read.observation.output
+        wrote = env.write("own", "overwritten")
+        assert wrote.observation.error, wrote.observation
+        assert env.exec("cat own").observation.output == "mine\n"
+        assert env.write("new.txt", "fine").observation.error is None
+        assert env.exec("stat -c %U new.txt").observation.output.strip() == "nobody"
+    with srv.client() as env:
+        env.reset(task_id="root-workdir-nobody")
+        wrote = env.write("/etc/passwd", "root::0:0::/root:/bin/bash\n")
+        assert wrote.observation.error, wrote.observation
+        assert env.exec("id -u").observation.output.strip() != "0"
+        passwd = env.exec("head -1 /etc/passwd").observation.output
+        assert passwd.startswith("root:x:0:0"), passwd
+
+
+def test_disk_use_is_bounded_by_default(docker_client, tasks):
+    """Item 11: this engine (overlay2 on ext4) gives no quota, so the disk guard holds the
+    limit: a task's storage_mb, else HARBOR_OPENENV_DISK_MB."""
+    server = Server(tasks, HARBOR_OPENENV_DISK_MB="200", HARBOR_OPENENV_DISK_CHECK_S="1")
+    try:
+        with server.client() as env:  # one write past the limit: the exec's own check ends it
+            env.reset(task_id="grade")
+            env.exec("head -c 300M /dev/zero > big")
+            result = env.exec("echo after")
+            assert result.done and result.reward is None, result.observation
+            assert "over its limit of 200 MB" in result.observation.error
+        with server.client() as env:  # a background writer: the periodic check ends it
+            env.reset(task_id="grade")
+            env.exec("setsid sh -c 'head -c 2G /dev/zero > big' </dev/null >/dev/null 2>&1 &")
+            env.exec("sleep 4")  # the guard stops every agent process, this one too
+            (found,) = runtime_containers(docker_client, server.owner_prefix)
+            size = docker_client.api._result(
+                docker_client.api._get(
+                    docker_client.api._url("/containers/{0}/json", found["Id"]), params={"size": 1}
+                ),
+                True,
+            )["SizeRw"]
+            print(f"disk guard: a 2 GiB background write stopped at {size / 2**20:.0f} MB")
+            assert size < 1 << 30
+            result = env.evaluate()
+            assert result.done and "over its limit" in (result.observation.error or "")
+    finally:
+        server.stop()

@@ -42,6 +42,7 @@ from .dataset import (
     verifier_environment,
     verifier_mode,
 )
+from .disk import DiskGuard
 from .helper import HelperError, HelperVolume
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
@@ -82,6 +83,8 @@ class Settings:
     default_memory_mb: int = 2048
     max_reward_bytes: int = 1 << 20  # each of reward.json, reward.txt, reward-details.json
     max_artifact_bytes: int = 1 << 30  # a separate verifier's artifacts together
+    disk_mb: int = 10240  # an episode's files, for tasks without storage_mb (0: unbounded)
+    disk_check_s: float = 2.0  # how often the disk guard measures every running episode
     orchestration_token: str | None = None
     default_task: str | None = None
     pool_size: int = 0  # pre-started containers kept per container spec (0: no warm pool)
@@ -106,6 +109,7 @@ class Runtime:
         )
         self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
         self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: self.owner})
+        self.disk = DiskGuard(self.settings.disk_check_s)
 
     def helper_volume(self, image: str) -> str:
         """The server's volume holding the in-container helper (made on first use)."""
@@ -128,7 +132,12 @@ class Runtime:
             env=tuple(sorted(env.items())),
             pids_limit=settings.pids_limit,
             helper_volume=self.helper_volume(image),
+            storage_mb=self.disk_limit(table),
         )
+
+    def disk_limit(self, table: EnvironmentConfig) -> int | None:
+        """An environment's disk limit in MB: its storage_mb, else the server's (None: none)."""
+        return table.storage_mb or self.settings.disk_mb or None
 
     @property
     def docker(self) -> docker.DockerClient:
@@ -202,6 +211,7 @@ class Runtime:
         """Finish pending removals, empty the warm pool and remove every container this server
         started."""
         self._removals.shutdown(wait=True)
+        self.disk.close()
         self.pool.close()
         if self._docker is None:
             return 0
@@ -313,6 +323,9 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 network_mode=config.environment.network_mode,
                 episode=True,
             )
+            limit = self._runtime.disk_limit(config.environment)
+            if limit:
+                self._runtime.disk.watch(self._sandbox, limit)
             self._healthcheck(config.environment.healthcheck, None, "[environment.healthcheck]")
             if config.steps:
                 self._prepare_step()
@@ -513,6 +526,8 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             reason = "the episode has ended" if done else "no episode is running"
             return self._fail(kind, f"{reason}: call reset first", done=done)
         self._state.step_count += 1
+        if self._sandbox.exceeded:
+            return self._conclude(None, self._sandbox.exceeded, "", {}, kind)
         try:
             return getattr(self, f"_{kind}")(action)
         except PathEscapeError as exc:
@@ -547,6 +562,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             max_output=settings.max_output_bytes,
             user=_user(self._agent_user()),
         )
+        self._runtime.disk.nudge(self._sandbox)
         return self._observe(
             "exec",
             output=result.output,
@@ -828,6 +844,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         counted, self._counted = self._counted, False
         release = self._runtime.pool.release if counted else _nothing
         if sandbox is not None:
+            self._runtime.disk.forget(sandbox)
             self._runtime.discard(sandbox, release)
         else:
             release()

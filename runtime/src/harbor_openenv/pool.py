@@ -44,6 +44,7 @@ class ContainerSpec:
     env: tuple[tuple[str, str], ...] = ()
     pids_limit: int | None = None
     helper_volume: str = ""
+    storage_mb: int | None = None
 
     def start(
         self,
@@ -66,6 +67,7 @@ class ContainerSpec:
             pids_limit=self.pids_limit,
             labels=labels,
             helper_volume=self.helper_volume,
+            storage_mb=self.storage_mb,
         )
 
 

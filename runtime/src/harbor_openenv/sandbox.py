@@ -7,8 +7,10 @@ remove its own at shutdown and, at startup, the ones a dead server left behind.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
+import logging
 import os
 import posixpath
 import re
@@ -27,6 +29,7 @@ import docker.errors
 
 from . import helper
 
+log = logging.getLogger("harbor_openenv")
 LABEL = "harbor-openenv"
 LABEL_OWNER = "harbor-openenv.owner"
 LABEL_TASK = "harbor-openenv.task"
@@ -51,6 +54,15 @@ class TooLargeError(SandboxError):
 VerifierDirs = tuple[str, str, str, str]
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
 _HELPER_TRIES = 20
+_QUOTA_REFUSED = False  # the engine said --storage-opt size does not work here
+
+
+def _refuse_quota(reason: str) -> None:
+    """Remember, for this process, that the engine cannot cap a writable layer."""
+    global _QUOTA_REFUSED
+    if not _QUOTA_REFUSED:
+        log.info("no per-container disk quota on this engine (%s): the disk guard holds", reason)
+    _QUOTA_REFUSED = True
 
 
 @dataclass(frozen=True)
@@ -250,6 +262,7 @@ class Sandbox:
         self._real_workdir = "/"  # resolved once at start, before the agent can move things
         self._baseline = ""  # processes that ran before the agent did (see mark_baseline)
         self.default_user = ""  # the container's own user (its image's USER), "" for root
+        self.exceeded: str | None = None  # why the disk guard ended the episode, if it did
 
     @classmethod
     def start(
@@ -287,21 +300,31 @@ class Sandbox:
             options["network_mode"] = network
         if pids_limit:
             options["pids_limit"] = pids_limit
+        if "storage_opt" in options and _QUOTA_REFUSED:
+            del options["storage_opt"]
+        run = functools.partial(
+            client.containers.run,
+            image,
+            ["sh", "-c", "sleep infinity"],
+            detach=True,
+            labels={
+                LABEL: "1",
+                LABEL_OWNER: owner,
+                **({LABEL_TASK: task_id[:200]} if task_id is not None else {}),
+                **(labels or {}),
+            },
+            environment=env or {},
+            working_dir=workdir or None,
+        )
         try:
-            container = client.containers.run(
-                image,
-                ["sh", "-c", "sleep infinity"],
-                detach=True,
-                labels={
-                    LABEL: "1",
-                    LABEL_OWNER: owner,
-                    **({LABEL_TASK: task_id[:200]} if task_id is not None else {}),
-                    **(labels or {}),
-                },
-                environment=env or {},
-                working_dir=workdir or None,
-                **options,
-            )
+            try:
+                container = run(**options)
+            except docker.errors.APIError as exc:
+                if "storage_opt" not in options or "storage-opt" not in str(exc.explanation):
+                    raise
+                _refuse_quota(str(exc.explanation))
+                del options["storage_opt"]
+                container = run(**options)
         except docker.errors.APIError as exc:
             raise SandboxError(
                 f"starting a container from {image} failed: {exc.explanation}"
@@ -338,6 +361,17 @@ class Sandbox:
             sandbox.remove()
             raise
         return sandbox
+
+    def disk_usage(self) -> int:
+        """Bytes in the container's writable layer (apparent sizes), as the engine counts them."""
+        api = self._client.api
+        try:
+            response = api._get(
+                api._url("/containers/{0}/json", self.container.id), params={"size": 1}
+            )
+            return int(api._result(response, True).get("SizeRw") or 0)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot measure the container's disk: {exc}") from None
 
     def remove(self) -> None:
         """Remove the container (idempotent)."""
