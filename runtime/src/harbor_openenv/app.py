@@ -8,6 +8,9 @@ Environment variables (all optional):
 - ``HARBOR_OPENENV_EXEC_TIMEOUT_S``: default and cap of one exec (default 300)
 - ``HARBOR_OPENENV_MAX_OUTPUT_BYTES``: exec output kept per call (default 1 MiB)
 - ``HARBOR_OPENENV_MAX_WRITE_BYTES``: largest file content one write accepts (default 8 MiB)
+- ``HARBOR_OPENENV_MAX_READ_BYTES``: largest file content one read returns (default 8 MiB)
+- ``HARBOR_OPENENV_SOLVE_TIMEOUT_S``: solve.sh's and setup.sh's timeout when the task sets none
+  (default 1800)
 - ``HARBOR_OPENENV_PIDS_LIMIT``: most processes in one task container (default 1024)
 - ``HARBOR_OPENENV_DEFAULT_CPUS`` / ``HARBOR_OPENENV_DEFAULT_MEMORY_MB``: limits for tasks whose
   task.toml sets none (default 1 CPU, 2048 MB)
@@ -61,6 +64,8 @@ def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
         exec_timeout_s=number("HARBOR_OPENENV_EXEC_TIMEOUT_S", defaults.exec_timeout_s),
         max_output_bytes=number("HARBOR_OPENENV_MAX_OUTPUT_BYTES", defaults.max_output_bytes, int),
         max_write_bytes=number("HARBOR_OPENENV_MAX_WRITE_BYTES", defaults.max_write_bytes, int),
+        max_read_bytes=number("HARBOR_OPENENV_MAX_READ_BYTES", defaults.max_read_bytes, int),
+        solve_timeout_s=number("HARBOR_OPENENV_SOLVE_TIMEOUT_S", defaults.solve_timeout_s),
         pids_limit=number("HARBOR_OPENENV_PIDS_LIMIT", defaults.pids_limit, int),
         default_cpus=number("HARBOR_OPENENV_DEFAULT_CPUS", defaults.default_cpus),
         default_memory_mb=number(
