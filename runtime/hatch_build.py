@@ -8,6 +8,7 @@ inside task containers, whose architecture is the engine's, not the server's.
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -23,12 +24,15 @@ class HelperBuildHook(BuildHookInterface):
     def initialize(self, version: str, build_data: dict) -> None:
         folder = Path(self.root) / "src" / "harbor_openenv" / "helper"
         source = folder / "helper.c"
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
         for arch in ARCHITECTURES:
             target = folder / f"harbor-openenv-helper-{arch}"
-            if target.is_file() and target.stat().st_mtime >= source.stat().st_mtime:
+            stamp = target.with_name(target.name + ".sha256")  # the source it was built from
+            if target.is_file() and stamp.is_file() and stamp.read_text() == digest:
                 continue
             subprocess.run(
                 [sys.executable, "-m", "ziglang", "cc", "-target", f"{arch}-linux-musl"]
                 + ["-static", "-Os", "-s", "-Wall", "-Werror", "-o", str(target), str(source)],
                 check=True,
             )
+            stamp.write_text(digest)
