@@ -9,7 +9,11 @@
  *   helper stop BASELINE [prepare USER VERIFIER_DIR TESTS_DIR stage|keep]
  *       kills every process that is not PID 1, not itself and not in BASELINE (a space-separated
  *       list of pid:starttime), whatever it is called, whoever runs it and whatever state it
- *       claims, re-listing /proc until a full pass finds none alive; then, with "prepare",
+ *       claims. First every process but PID 1 is stopped with kill(-1, SIGSTOP), one system call
+ *       that no fork can race, so a fork bomb stops forking and stops taking the container's CPU
+ *       from this helper; then /proc is re-listed, each process outside the baseline killed,
+ *       until a full pass finds none alive, and the baseline's processes are continued (they
+ *       were stopped for those milliseconds); then, with "prepare",
  *       empties VERIFIER_DIR and hands it to USER alone (mode 0755), and empties TESTS_DIR for
  *       staging ("stage") or makes TESTS_DIR/test.sh executable ("keep").
  *
@@ -108,24 +112,40 @@ static int kill_one(const struct proc *proc, const char *baseline) {
     return 1;
 }
 
+static int continue_one(const struct proc *proc, const char *baseline) {
+    if (in_baseline(baseline, proc)) kill((pid_t)proc->pid, SIGCONT);
+    return 0;
+}
+
 static int stop_all(const char *baseline) {
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
+    /* A child whose fork was under way escapes one kill(-1): a few rounds catch those. */
+    for (int round = 0; round < 3; round++) {
+        kill(-1, SIGSTOP);
+        struct timespec settle = {0, 1000000};
+        nanosleep(&settle, NULL);
+    }
+    int status = 0;
     for (;;) {
         int alive = each_process(kill_one, baseline);
         if (alive < 0) {
             fprintf(stderr, "cannot list /proc: %s\n", strerror(errno));
             return 97;
         }
-        if (alive == 0) return 0;
+        if (alive == 0) break;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec - start.tv_sec > STOP_SECONDS) {
             fprintf(stderr, "%d processes still alive after %d s\n", alive, STOP_SECONDS);
-            return 97;
+            status = 97;
+            break;
         }
+        kill(-1, SIGSTOP);
         struct timespec pause = {0, 1000000}; /* 1 ms: let the killed exit */
         nanosleep(&pause, NULL);
     }
+    each_process(continue_one, baseline);
+    return status;
 }
 
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
