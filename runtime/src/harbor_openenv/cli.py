@@ -191,42 +191,22 @@ class _Checker:
         self.stop = threading.Event()
 
     def episode(self, task_id: str, oracle: bool) -> tuple[float | None, str | None, float]:
-        """One episode: its reward, what went wrong (if anything) and how long it took."""
+        """One episode, every step of a multi-step task included: its reward, what went wrong
+        (if anything) and how long it took."""
+        from . import driver
         from .environment import HarborEnvironment
 
         started = time.monotonic()
         env = HarborEnvironment(self.runtime)
+        policy = driver.oracle(self.token) if oracle else driver.nop
         try:
-            reward, error = self._run(
-                env, task_id, ("solve", "evaluate") if oracle else ("evaluate",)
-            )
+            run = driver.run_episode(env, task_id, policy, self.token, stop=self.stop)
+            reward, error = run.reward, run.error
         except Exception as exc:  # the engine failing must not stop the other tasks
             reward, error = None, f"{type(exc).__name__}: {exc}"
         finally:
             env.close()
         return reward, error, time.monotonic() - started
-
-    def _run(
-        self, env: Any, task_id: str, actions: tuple[str, ...]
-    ) -> tuple[float | None, str | None]:
-        """reset, then ``actions``; the last observation's reward and every error on the way."""
-        from .models import HarborAction
-
-        if self.stop.is_set():
-            return None, "interrupted"
-        obs = env.reset(task_id=task_id)
-        if obs.error:
-            return None, f"reset: {obs.error}"
-        notes = []
-        for action in actions:
-            if self.stop.is_set():
-                return None, "interrupted"
-            obs = env.step(HarborAction(action_type=action, token=self.token))
-            if obs.error:
-                notes.append(f"{action}: {obs.error}")
-            elif action == "solve" and obs.exit_code:
-                notes.append(f"solve.sh exited with {obs.exit_code}")
-        return obs.reward, "; ".join(notes) or None
 
 
 def _select(dataset: Dataset, wanted: list[str] | None) -> tuple[list[Task], list[CheckResult]]:
@@ -487,9 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="run a no-op and an oracle episode of every runnable task in Docker",
         description="For every runnable task, run a no-op episode (reset, evaluate) and an oracle"
-        " episode (reset, solve, evaluate) in containers. Exits 1 when an oracle does not score"
-        " 1.0, a no-op scores 1.0, a verifier writes no reward, or a task is invalid; text-only"
-        " and unsupported tasks are skipped unless named with --task.",
+        " episode (reset, solve, evaluate) in containers; a multi-step task is evaluated step"
+        " after step (the oracle solving each) until the episode ends. Exits 1 when an oracle"
+        " does not score 1.0, a no-op scores 1.0, a verifier writes no reward, or a task is"
+        " invalid; text-only and unsupported tasks are skipped unless named with --task.",
     )
     check.add_argument("dataset", type=Path, metavar="DATASET", help=_DATASET_HELP)
     check.add_argument("--jobs", "-j", type=int, default=2, help="episodes at once (default 2)")
