@@ -51,6 +51,7 @@ def test_validate_reports_the_invalid_field_and_fails():
         "AGENT_S",
         "VERIFIER_S",
         "BUILD_S",
+        "HARBOR",
         "PROBLEMS",
     ]
     broken = next(line for line in lines if line.startswith("broken/nested-invalid "))
@@ -83,9 +84,55 @@ def test_validate_json():
         "verifier_timeout_sec": 60.0,
         "build_timeout_sec": 120.0,
         "problems": [],
+        "harbor_warnings": [],
+        "needs": {},
     }
     assert "[environment].cpus" in tasks["broken/nested-invalid"]["problems"][0]
     assert tasks["text-only"]["image"] is None
+
+
+def _variant(root: Path, name: str, extra: str) -> None:
+    """A copy of edit-file with ``extra`` appended to its task.toml."""
+    shutil.copytree(FIXTURE_TASKS / "edit-file", root / name)
+    toml = root / name / "task.toml"
+    toml.write_text(toml.read_text() + extra)
+
+
+def test_validate_reports_what_harbor_would_refuse(tmp_path):
+    _variant(tmp_path, "bare-name", '\n[task]\nname = "bare-name"\n')
+    _variant(tmp_path, "org-name", '\n[task]\nname = "fixtures/org-name"\n')
+    _variant(tmp_path, "tpu-shape", "\n[environment.tpu]\ntype = 'v6e'\ntopology = '2'\n")
+    result = run_cli("validate", tmp_path)
+    assert result.returncode == 0, result  # warnings, not refusals: this runtime serves them
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[6:] == ["HARBOR", "PROBLEMS"]
+    rows = {line.split()[0]: line.split() for line in lines[1:4]}
+    assert rows["bare-name"][1] == "runnable" and rows["bare-name"][6] == "refuses:[task].name"
+    assert rows["org-name"][6] == "ok"
+    assert rows["tpu-shape"][6] == "refuses:[environment].tpu.topology"
+    assert any(
+        line.startswith("Harbor 0.25 would refuse bare-name/task.toml: [task].name: must be")
+        for line in lines
+    ), lines
+    assert "Harbor 0.25 would refuse 2" in lines[-1]
+    report = json.loads(run_cli("validate", tmp_path, "--json").stdout)
+    tasks = {row["task"]: row for row in report["tasks"]}
+    assert [w["field"] for w in tasks["bare-name"]["harbor_warnings"]] == ["[task].name"]
+    assert "'bare-name'" in tasks["bare-name"]["harbor_warnings"][0]["warning"]
+    assert tasks["org-name"]["harbor_warnings"] == []
+    assert report["ok"] is True
+
+
+def test_validate_names_variables_needed_at_serve_time(tmp_path):
+    _variant(tmp_path, "cloud", '\n[verifier.env]\nKEY = "${HOE_CLOUD_KEY}"\nMODE = "${M:-fast}"\n')
+    _variant(tmp_path, "plain", "")
+    result = run_cli("validate", tmp_path)
+    assert result.returncode == 0, result
+    assert "cloud: needs HOE_CLOUD_KEY at serve time ([verifier].env.KEY)" in result.stdout
+    assert "plain: needs" not in result.stdout and "needs M " not in result.stdout
+    report = json.loads(run_cli("validate", tmp_path, "--json").stdout)
+    needs = {row["task"]: row["needs"] for row in report["tasks"]}
+    assert needs == {"cloud": {"HOE_CLOUD_KEY": ["[verifier].env.KEY"]}, "plain": {}}
 
 
 def test_validate_needs_only_the_core_package():

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ._version import __version__
-from .dataset import TASK_FILE, Dataset, DatasetError, Task, TaskKind, find_tasks_root
+from .dataset import (
+    TASK_FILE,
+    Dataset,
+    DatasetError,
+    Task,
+    TaskKind,
+    find_tasks_root,
+    serve_time_variables,
+)
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130
@@ -35,7 +43,10 @@ class UsageError(Exception):
 
 
 def _task_row(task: Task) -> dict[str, Any]:
-    """What validate reports about one task: its kind, image source, timeouts and problems."""
+    """What validate reports about one task: its kind, image source, timeouts, problems, what
+    Harbor 0.25 would refuse in it, and the variables the server needs to run it."""
+    from .harbor_compat import harbor_warnings
+
     try:
         config = task.config
     except DatasetError:  # reported in problems
@@ -48,7 +59,17 @@ def _task_row(task: Task) -> dict[str, Any]:
         "verifier_timeout_sec": config and config.verifier.timeout_sec,
         "build_timeout_sec": config and config.environment.build_timeout_sec,
         "problems": task.problems,
+        "harbor_warnings": harbor_warnings(task),
+        "needs": serve_time_variables(config) if config else {},
     }
+
+
+def _harbor_text(warnings: list[dict[str, str]]) -> str:
+    """The HARBOR column: ``ok``, or ``refuses:`` and the fields Harbor 0.25 would refuse."""
+    if not warnings:
+        return "ok"
+    fields = dict.fromkeys(warning["field"].replace(" ", "-") for warning in warnings)
+    return "refuses:" + ",".join(fields)
 
 
 def _image_text(image: dict[str, Any] | None) -> str:
@@ -95,7 +116,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return EXIT_OK if ok else EXIT_PROBLEMS
-    table = [["TASK", "KIND", "IMAGE", "AGENT_S", "VERIFIER_S", "BUILD_S", "PROBLEMS"]]
+    table = [["TASK", "KIND", "IMAGE", "AGENT_S", "VERIFIER_S", "BUILD_S", "HARBOR", "PROBLEMS"]]
     table += [
         [
             row["task"],
@@ -104,14 +125,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
             _seconds(row["agent_timeout_sec"]),
             _seconds(row["verifier_timeout_sec"]),
             _seconds(row["build_timeout_sec"]),
+            _harbor_text(row["harbor_warnings"]),
             "; ".join(row["problems"]) or "-",
         ]
         for row in rows
     ]
     _print_table(table, sys.stdout)
+    for row in rows:
+        for warning in row["harbor_warnings"]:
+            print(f"Harbor 0.25 would refuse {warning['warning']}")
+    for row in rows:
+        for variable, fields in row["needs"].items():
+            print(f"{row['task']}: needs {variable} at serve time ({', '.join(fields)})")
     summary = ", ".join(f"{count} {kind}" for kind, count in counts.items())
     verdict = "ok" if ok else f"{counts[TaskKind.INVALID]} invalid task(s) must be fixed"
-    print(f"{len(rows)} tasks in {dataset.root}: {summary} ({verdict})")
+    refused = sum(bool(row["harbor_warnings"]) for row in rows)
+    extra = f"; Harbor 0.25 would refuse {refused}" if refused else ""
+    print(f"{len(rows)} tasks in {dataset.root}: {summary} ({verdict}{extra})")
     return EXIT_OK if ok else EXIT_PROBLEMS
 
 
