@@ -12,11 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import FIXTURE_TASKS, free_port, runtime_containers, wait_until
+from conftest import FIXTURE_TASKS, ROOT, free_port, runtime_containers, wait_until
 
 from harbor_openenv.sandbox import server_scope
 
 CLI = [sys.executable, "-m", "harbor_openenv.cli"]
+FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
 
 
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -50,6 +51,7 @@ def test_validate_reports_the_invalid_field_and_fails():
         "AGENT_S",
         "VERIFIER_S",
         "BUILD_S",
+        "HARBOR",
         "PROBLEMS",
     ]
     broken = next(line for line in lines if line.startswith("broken/nested-invalid "))
@@ -82,9 +84,55 @@ def test_validate_json():
         "verifier_timeout_sec": 60.0,
         "build_timeout_sec": 120.0,
         "problems": [],
+        "harbor_warnings": [],
+        "needs": {},
     }
     assert "[environment].cpus" in tasks["broken/nested-invalid"]["problems"][0]
     assert tasks["text-only"]["image"] is None
+
+
+def _variant(root: Path, name: str, extra: str) -> None:
+    """A copy of edit-file with ``extra`` appended to its task.toml."""
+    shutil.copytree(FIXTURE_TASKS / "edit-file", root / name)
+    toml = root / name / "task.toml"
+    toml.write_text(toml.read_text() + extra)
+
+
+def test_validate_reports_what_harbor_would_refuse(tmp_path):
+    _variant(tmp_path, "bare-name", '\n[task]\nname = "bare-name"\n')
+    _variant(tmp_path, "org-name", '\n[task]\nname = "fixtures/org-name"\n')
+    _variant(tmp_path, "tpu-shape", "\n[environment.tpu]\ntype = 'v6e'\ntopology = '2'\n")
+    result = run_cli("validate", tmp_path)
+    assert result.returncode == 0, result  # warnings, not refusals: this runtime serves them
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[6:] == ["HARBOR", "PROBLEMS"]
+    rows = {line.split()[0]: line.split() for line in lines[1:4]}
+    assert rows["bare-name"][1] == "runnable" and rows["bare-name"][6] == "refuses:[task].name"
+    assert rows["org-name"][6] == "ok"
+    assert rows["tpu-shape"][6] == "refuses:[environment].tpu.topology"
+    assert any(
+        line.startswith("Harbor 0.25 would refuse bare-name/task.toml: [task].name: must be")
+        for line in lines
+    ), lines
+    assert "Harbor 0.25 would refuse 2" in lines[-1]
+    report = json.loads(run_cli("validate", tmp_path, "--json").stdout)
+    tasks = {row["task"]: row for row in report["tasks"]}
+    assert [w["field"] for w in tasks["bare-name"]["harbor_warnings"]] == ["[task].name"]
+    assert "'bare-name'" in tasks["bare-name"]["harbor_warnings"][0]["warning"]
+    assert tasks["org-name"]["harbor_warnings"] == []
+    assert report["ok"] is True
+
+
+def test_validate_names_variables_needed_at_serve_time(tmp_path):
+    _variant(tmp_path, "cloud", '\n[verifier.env]\nKEY = "${HOE_CLOUD_KEY}"\nMODE = "${M:-fast}"\n')
+    _variant(tmp_path, "plain", "")
+    result = run_cli("validate", tmp_path)
+    assert result.returncode == 0, result
+    assert "cloud: needs HOE_CLOUD_KEY at serve time ([verifier].env.KEY)" in result.stdout
+    assert "plain: needs" not in result.stdout and "needs M " not in result.stdout
+    report = json.loads(run_cli("validate", tmp_path, "--json").stdout)
+    needs = {row["task"]: row["needs"] for row in report["tasks"]}
+    assert needs == {"cloud": {"HOE_CLOUD_KEY": ["[verifier].env.KEY"]}, "plain": {}}
 
 
 def test_validate_needs_only_the_core_package():
@@ -207,6 +255,80 @@ def test_check_fails_a_verifier_without_reward(docker_client, check_dataset, tmp
     assert "wrote no reward" in row["oracle_error"] and "wrote no reward" in row["nop_error"]
     assert len(row["problems"]) == 2
     assert all(line.startswith("no-reward: ") for line in row["problems"])
+
+
+def _three_step_task(task: Path) -> None:
+    """Steps a, b, c: each solution writes its file; each step's test wants every file so far.
+    ``final``: only the last step's reward counts, so only an episode reaching c can score."""
+    (task / "environment").mkdir(parents=True)
+    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    (task / "task.toml").write_text(
+        'multi_step_reward_strategy = "final"\n'
+        + "".join(f'[[steps]]\nname = "{name}"\n' for name in "abc")
+    )
+    for index, name in enumerate("abc"):
+        step = task / "steps" / name
+        (step / "tests").mkdir(parents=True)
+        (step / "solution").mkdir()
+        (step / "instruction.md").write_text(f"Write /app/{name}.txt.\n")
+        (step / "solution" / "solve.sh").write_text(f"#!/bin/bash\necho {name} > /app/{name}.txt\n")
+        wanted = " ".join(f"/app/{done}.txt" for done in "abc"[: index + 1])
+        (step / "tests" / "test.sh").write_text(
+            f"#!/bin/bash\nif cat {wanted} >/dev/null 2>&1; then r=1; else r=0; fi\n"
+            "echo $r > /logs/verifier/reward.txt\n"
+        )
+
+
+@pytest.mark.docker
+def test_check_walks_every_step_of_multi_step_tasks(docker_client, tmp_path):
+    root = tmp_path / "tasks"
+    for name in ("multi-step", "multi-step-final"):
+        shutil.copytree(FORMAT_TASKS / name, root / name)
+    _three_step_task(root / "three-steps")
+    result = run_cli("check", root, "--jobs", "3", "--json", tmp_path / "out.json")
+    assert result.returncode == 0, result
+    rows = {row["task"]: row for row in json.loads((tmp_path / "out.json").read_text())}
+    assert sorted(rows) == ["multi-step", "multi-step-final", "three-steps"]
+    for row in rows.values():
+        assert (row["nop"], row["oracle"], row["ok"]) == (0.0, 1.0, True), row
+        assert row["oracle_error"] is None, row
+    # the multi-step no-op ends at step one's min_reward, and says so
+    assert "below min_reward" in rows["multi-step"]["nop_error"]
+
+
+def test_driver_walks_steps_until_done():
+    """The episode driver on a fake three-step environment: the policy acts before every
+    evaluate, and the episode's reward is the one that ends it."""
+    from harbor_openenv import driver
+    from harbor_openenv.models import HarborObservation
+
+    class ThreeSteps:
+        def __init__(self) -> None:
+            self.log: list[str] = []
+            self.step_index = 0
+
+        def reset(self, task_id: str) -> HarborObservation:
+            self.log.append(f"reset {task_id}")
+            return HarborObservation(info={"step": {"name": "a", "index": 0, "count": 3}})
+
+        def step(self, action) -> HarborObservation:
+            self.log.append(action.action_type)
+            if action.action_type != "evaluate":
+                return HarborObservation(action_type=action.action_type, exit_code=0)
+            self.step_index += 1
+            if self.step_index == 3:
+                return HarborObservation(action_type="evaluate", done=True, reward=1.0)
+            name = "abc"[self.step_index]
+            return HarborObservation(action_type="evaluate", info={"step": {"name": name}})
+
+    env = ThreeSteps()
+    run = driver.run_episode(env, "t", driver.oracle("tok"), "tok")
+    assert (run.reward, run.done, run.evaluates, run.error) == (1.0, True, 3, None)
+    assert env.log == ["reset t", *["solve", "evaluate"] * 3]
+    env = ThreeSteps()
+    run = driver.run_episode(env, "t", driver.nop, "tok", keep=True)
+    assert env.log == ["reset t", "evaluate", "evaluate", "evaluate"]
+    assert len(run.observations) == 4 and run.reward == 1.0
 
 
 @pytest.mark.docker

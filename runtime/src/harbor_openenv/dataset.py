@@ -344,6 +344,30 @@ def resolve_env(values: dict[str, str], field: str, environ: dict[str, str]) -> 
     return resolved
 
 
+def serve_time_variables(config: TaskConfig) -> dict[str, list[str]]:
+    """Variables the server must have set (``${VAR}`` without a default), each with the fields
+    that name it: reset refuses the task on a server where one is unset."""
+    tables = [
+        ("[environment].env", config.environment.env),
+        ("[solution].env", config.solution.env),
+        ("[verifier].env", config.verifier.env),
+    ]
+    if config.verifier.environment is not None:
+        tables.append(("[verifier.environment].env", config.verifier.environment.env))
+    for index, step in enumerate(config.steps or []):
+        tables.append((f"[[steps]][{index}].verifier.env", step.verifier.env))
+        if step.verifier.environment is not None:
+            where = f"[[steps]][{index}].verifier.environment.env"
+            tables.append((where, step.verifier.environment.env))
+    needed: dict[str, list[str]] = {}
+    for field_name, values in tables:
+        for key, value in values.items():
+            match = _ENV_TEMPLATE.fullmatch(value)
+            if match and match[2] is None:
+                needed.setdefault(match[1], []).append(f"{field_name}.{key}")
+    return needed
+
+
 def verifier_mode(config: TaskConfig, step: StepConfig | None = None) -> str:
     """``shared`` or ``separate``: the step's own mode, else the task's, else shared."""
     return (step.verifier.mode if step else None) or config.verifier.mode or "shared"
