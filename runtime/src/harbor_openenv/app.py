@@ -30,7 +30,7 @@ from fastapi import FastAPI
 
 from ._openenv import ConcurrencyConfig, create_app
 from .environment import HarborEnvironment, Runtime, Settings
-from .models import HarborAction, HarborObservation, HarborState
+from .models import HarborObservation, HarborState, ServedAction
 
 log = logging.getLogger("harbor_openenv")
 
@@ -137,7 +137,7 @@ def build_app(
     idle = session_timeout_s or float(os.environ.get("HARBOR_OPENENV_SESSION_TIMEOUT_S", "1800"))
     app = create_app(
         functools.partial(HarborEnvironment, runtime),
-        HarborAction,
+        ServedAction,  # the token never leaves the server (the web page logs whole actions)
         HarborObservation,
         env_name="harbor_openenv",
         # Without a session timeout OpenEnv's idle reaper is off and leaked sessions hold their
