@@ -7,10 +7,12 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import FIXTURE_TASKS, TOKEN, Server, wait_until
+from conftest import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
 from websockets.sync.client import connect
 
 pytestmark = pytest.mark.docker
@@ -85,3 +87,66 @@ def test_web_page_never_broadcasts_or_returns_the_token(docker_client):
     leaks = [message for message in [*seen, output] if TOKEN in message]
     assert not leaks, leaks[:2]
     assert any('"action_type": "evaluate"' in m or '"action_type":"evaluate"' in m for m in seen)
+
+
+# -- item 13: every container counts against the session limit -----------------------------------
+
+
+class _Peak:
+    """The most containers of one server seen at once, polled in the background."""
+
+    def __init__(self, docker_client, srv: Server) -> None:
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, args=(docker_client, srv), daemon=True)
+        self._thread.start()
+
+    def _poll(self, docker_client, srv: Server) -> None:
+        while not self._stop.is_set():
+            running = len(runtime_containers(docker_client, srv.owner_prefix))
+            self.most = max(self.most, running)
+            self._stop.wait(0.05)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.most
+
+
+def test_plain_http_resets_count_against_the_session_limit(docker_client):
+    srv = Server(FIXTURE_TASKS, HARBOR_OPENENV_MAX_SESSIONS="2")
+    peak = _Peak(docker_client, srv)
+    try:
+        with ThreadPoolExecutor(16) as burst:
+            replies = list(
+                burst.map(
+                    lambda _: httpx.post(f"{srv.url}/reset", json={"task_id": TASK}, timeout=300),
+                    range(16),
+                )
+            )
+        errors = [reply.json()["observation"]["error"] for reply in replies]
+        refused = [error for error in errors if error and "at its limit of 2 sessions" in error]
+        started = [error for error in errors if error is None]
+        assert started and len(started) + len(refused) == 16, errors
+        # Two /ws sessions hold both places: a plain HTTP reset is refused, starts nothing.
+        with _ws(srv) as one, _ws(srv) as two:
+            for ws in (one, two):
+                assert _send(ws, "reset", {"task_id": TASK})["data"]["observation"]["error"] is None
+            held = len(runtime_containers(docker_client, srv.owner_prefix))
+            reply = httpx.post(f"{srv.url}/reset", json={"task_id": TASK}, timeout=300).json()
+            assert "at its limit of 2 sessions" in reply["observation"]["error"], reply
+            assert reply["done"] is True
+            assert len(runtime_containers(docker_client, srv.owner_prefix)) == held == 2
+            # A session's next reset waits for its previous container's removal: never refused.
+            for _ in range(3):
+                again = _send(one, "reset", {"task_id": TASK})["data"]["observation"]
+                assert again["error"] is None, again
+    finally:
+        most = peak.stop()
+        srv.stop()
+    print(
+        f"16 concurrent HTTP resets, limit 2: {len(started)} ran, {len(refused)} refused;"
+        f" at most {most} containers at once"
+    )
+    assert most <= 2, most
+    assert wait_until(lambda: not runtime_containers(docker_client, srv.owner_prefix))

@@ -747,7 +747,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
     def _end_episode(self) -> None:
         sandbox, self._sandbox, self._task = self._sandbox, None, None
         counted, self._counted = self._counted, False
-        release = self._runtime.pool.release if counted else _nothing
+        release = self._runtime.pool.ending() if counted else _nothing
         if sandbox is not None:
             self._runtime.discard(sandbox, release)
         else:
