@@ -8,11 +8,13 @@ import contextlib
 import json
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from conftest import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 pytestmark = pytest.mark.docker
@@ -150,3 +152,85 @@ def test_plain_http_resets_count_against_the_session_limit(docker_client):
     )
     assert most <= 2, most
     assert wait_until(lambda: not runtime_containers(docker_client, srv.owner_prefix))
+
+
+# -- item 12: a reaped session neither acts nor leaks --------------------------------------------
+
+IDLE_S = 10
+
+
+def test_idle_sessions_are_closed_and_leave_no_container(docker_client):
+    """Two idle sessions at the limit: their sockets are closed once idle, their containers go,
+    and their places serve new sessions; nothing runs beyond the limit at any time."""
+    srv = Server(
+        FIXTURE_TASKS,
+        HARBOR_OPENENV_MAX_SESSIONS="2",
+        HARBOR_OPENENV_SESSION_TIMEOUT_S=str(IDLE_S),
+    )
+    peak = _Peak(docker_client, srv)
+    sockets = contextlib.ExitStack()
+    try:
+        idle = [sockets.enter_context(_ws(srv)) for _ in range(2)]
+        for ws in idle:
+            assert _send(ws, "reset", {"task_id": TASK})["data"]["observation"]["error"] is None
+        assert len(runtime_containers(docker_client, srv.owner_prefix)) == 2
+        # A session busy longer than the idle time is not idle: only waiting for a message is.
+        busy = _send(idle[0], "step", {"action_type": "exec", "command": f"sleep {IDLE_S + 3}"})
+        assert busy["data"]["observation"]["exit_code"] == 0, busy
+        went_idle = time.monotonic()
+        for ws in idle:
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=IDLE_S * 4)  # the server closes it; no message comes first
+            assert "idle" in closed.value.rcvd.reason, closed.value.rcvd
+            with pytest.raises(ConnectionClosed):  # and nothing more is accepted on it
+                _send(ws, "reset", {"task_id": TASK})
+        closed_after = time.monotonic() - went_idle
+        assert wait_until(lambda: not runtime_containers(docker_client, srv.owner_prefix)), (
+            runtime_containers(docker_client, srv.owner_prefix)
+        )
+        # Their places are free again: two new sessions run episodes.
+        with _ws(srv) as one, _ws(srv) as two:
+            for ws in (one, two):
+                reply = _send(ws, "reset", {"task_id": TASK})["data"]["observation"]
+                assert reply["error"] is None, reply
+            step = {"action_type": "write", "path": "answer.txt", "content": "42"}
+            assert _send(one, "step", step)["data"]["observation"]["error"] is None
+    finally:
+        sockets.close()
+        most = peak.stop()
+        srv.stop()
+    print(
+        f"idle sessions closed {closed_after:.0f} s after going idle ({IDLE_S} s timeout);"
+        f" at most {most} containers with a limit of 2"
+    )
+    assert most <= 2, most
+    assert wait_until(lambda: not runtime_containers(docker_client, srv.owner_prefix))
+
+
+def test_a_session_reaped_during_a_long_action_refuses_everything_after(docker_client):
+    """OpenEnv's own reaper counts a session's time inside an action as idle: it destroys a
+    session whose exec outlasts the timeout, right after the exec answers. The session must then
+    refuse every message (before: its next reset started a container nothing ever removed)."""
+    srv = Server(
+        FIXTURE_TASKS,
+        HARBOR_OPENENV_MAX_SESSIONS="2",
+        HARBOR_OPENENV_SESSION_TIMEOUT_S=str(IDLE_S),
+    )
+    try:
+        with _ws(srv) as ws:
+            assert _send(ws, "reset", {"task_id": TASK})["data"]["observation"]["error"] is None
+            # OpenEnv's reaper looks every 5 s: one look falls inside this exec's last 6 s.
+            long = _send(ws, "step", {"action_type": "exec", "command": f"sleep {IDLE_S + 6}"})
+            assert long["data"]["observation"]["exit_code"] == 0, long
+            replies = [
+                _send(ws, "reset", {"task_id": TASK}),
+                _send(ws, "step", {"action_type": "exec", "command": "true"}),
+            ]
+            for reply in replies:
+                observation = reply["data"]["observation"]
+                assert "session has been closed" in (observation["error"] or ""), reply
+                assert reply["data"]["done"] is True
+            assert wait_until(lambda: not runtime_containers(docker_client, srv.owner_prefix))
+    finally:
+        srv.stop()
+    assert not runtime_containers(docker_client, srv.owner_prefix)

@@ -17,6 +17,8 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -91,6 +93,62 @@ class _ObjectMessagesOnly:
         await self.app(scope, checked_receive, send)
 
 
+class _IdleSessions:
+    """Closes a session's WebSocket (``/ws``, ``/mcp``) once it has waited ``idle_s`` for the
+    client's next message, so the session ends the way a client's disconnect ends it: OpenEnv
+    destroys it and its environment removes the container.
+
+    OpenEnv's own idle reaper (kept on: it also ends sessions created over HTTP ``/mcp``) destroys
+    an idle session's environment but leaves its socket open and its loop reading: before this, a
+    reaped session's next reset started a container beyond ``HARBOR_OPENENV_MAX_SESSIONS`` that
+    nothing removed until shutdown. Time spent running an action is not idle time: OpenEnv reads
+    the next message only after answering the last one.
+    """
+
+    PATHS = ("/ws", "/mcp")
+
+    def __init__(self, app, idle_s: float) -> None:
+        self.app = app
+        self.idle_s = idle_s
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "websocket" or scope.get("path") not in self.PATHS:
+            await self.app(scope, receive, send)
+            return
+        closed = False
+        pending: asyncio.Future | None = None
+
+        async def idle_receive():
+            nonlocal closed, pending
+            if closed:
+                return {"type": "websocket.disconnect", "code": 1000}
+            if pending is None:
+                pending = asyncio.ensure_future(receive())
+            done, _ = await asyncio.wait({pending}, timeout=self.idle_s)
+            if done:
+                message, pending = pending.result(), None
+                return message
+            closed = True
+            pending.cancel()
+            reason = (
+                f"idle for {self.idle_s:g} s (HARBOR_OPENENV_SESSION_TIMEOUT_S): session closed"
+            )
+            with contextlib.suppress(Exception):  # the client may be gone already
+                await send({"type": "websocket.close", "code": 1000, "reason": reason[:120]})
+            log.info("closed a WebSocket session idle for %g s", self.idle_s)
+            return {"type": "websocket.disconnect", "code": 1000}
+
+        async def guarded_send(message):
+            if not closed:  # after the idle close, the app's own close (and anything) is dropped
+                await send(message)
+
+        try:
+            await self.app(scope, idle_receive, guarded_send)
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+
 _OBJECT_START = re.compile(r"\s*\{")
 
 
@@ -147,6 +205,7 @@ def build_app(
     )
     app.state.runtime = runtime
     app.add_middleware(_ObjectMessagesOnly)
+    app.add_middleware(_IdleSessions, idle_s=idle)
 
     def _remove_orphans() -> None:
         try:
