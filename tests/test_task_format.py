@@ -8,6 +8,7 @@ once with no agent action (nop) and once with the oracle.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, Server, wait_until
@@ -159,21 +160,44 @@ def test_compose_task_with_sidecar_nop_and_oracle_leaves_nothing(fmt, docker_cli
     )
 
 
+def _scratch(tmp: Path) -> set[str]:
+    return {folder.name for folder in tmp.glob("harbor-openenv-compose-*")}
+
+
 def test_compose_leftovers_of_a_dead_server_are_swept(docker_client, tmp_path):
-    dead = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello")
-    with dead.client() as env:
-        assert env.reset(task_id="compose").observation.error is None
-        prefix = dead.owner_prefix
-        assert _leftovers(docker_client, prefix)
-        dead.stop(sig=9)  # no shutdown hook runs
-    assert _leftovers(docker_client, prefix)
-    fresh = Server(FORMAT_TASKS)  # its startup sweep removes the dead server's project
+    """kill -9 leaves a project's containers, network, volume and its folder of compose files;
+    the next server's startup removes them all, and keeps a live server's."""
+    tmp = tmp_path / "tmp"  # the servers' temporary folder, shared by them and by no one else
+    tmp.mkdir()
+    live = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello", TMPDIR=str(tmp))
+    dead = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello", TMPDIR=str(tmp))
     try:
-        assert wait_until(lambda: not _leftovers(docker_client, prefix), timeout=30), _leftovers(
-            docker_client, prefix
-        )
+        with live.client() as kept:
+            assert kept.reset(task_id="compose").observation.error is None
+            live_folders = _scratch(tmp)
+            assert len(live_folders) == 1
+            with dead.client() as env:
+                assert env.reset(task_id="compose").observation.error is None
+                prefix = dead.owner_prefix
+                assert _leftovers(docker_client, prefix)
+                dead.stop(sig=9)  # no shutdown hook runs
+            assert _leftovers(docker_client, prefix)
+            dead_folders = _scratch(tmp) - live_folders
+            assert len(dead_folders) == 1
+            fresh = Server(FORMAT_TASKS, TMPDIR=str(tmp))  # its startup sweeps the dead server's
+            try:
+                assert wait_until(lambda: not _leftovers(docker_client, prefix), timeout=30), (
+                    _leftovers(docker_client, prefix)
+                )
+                assert _scratch(tmp) == live_folders  # the dead one's folder gone, the live kept
+                assert _leftovers(docker_client, live.owner_prefix)
+                assert kept.exec("pwd").observation.output.strip() == "/app"
+            finally:
+                fresh.stop()
+        assert wait_until(lambda: not _scratch(tmp)), _scratch(tmp)  # a live one removes its own
     finally:
-        fresh.stop()
+        dead.stop(sig=9)
+        live.stop()
 
 
 # -- task.toml options ---------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from ._openenv import ConcurrencyConfig, create_app
+from .compose import remove_dead_scratch
 from .environment import HarborEnvironment, Runtime, Settings
 from .models import HarborObservation, HarborState, ServedAction
 
@@ -210,11 +211,14 @@ def build_app(
     def _remove_orphans() -> None:
         try:
             removed = runtime.remove_orphans()
+            folders = remove_dead_scratch(runtime.docker)
         except Exception as exc:  # the engine may be down; /health still answers
             log.warning("could not look for containers left by dead servers: %s", exc)
             return
         if removed:
             log.warning("removed %d containers left behind by servers that died", removed)
+        if folders:
+            log.warning("removed %d compose project folders of servers that died", folders)
 
     def _remove_own() -> None:
         runtime.shutdown()
