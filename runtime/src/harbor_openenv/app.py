@@ -3,8 +3,10 @@
 Environment variables (all optional):
 
 - ``HARBOR_OPENENV_TASKS``: the tasks folder (default: ``tasks/`` beside the calling app)
-- ``HARBOR_OPENENV_MAX_SESSIONS``: concurrent WebSocket sessions (default 8)
-- ``HARBOR_OPENENV_SESSION_TIMEOUT_S``: idle seconds before a session is reaped (default 1800)
+- ``HARBOR_OPENENV_MAX_SESSIONS``: concurrent WebSocket sessions, and running episodes whichever
+  route started them (default 8)
+- ``HARBOR_OPENENV_SESSION_TIMEOUT_S``: seconds a session may wait for its next message before
+  its socket is closed and its container removed (default 1800)
 - ``HARBOR_OPENENV_EXEC_TIMEOUT_S``: default and cap of one exec (default 300)
 - ``HARBOR_OPENENV_MAX_OUTPUT_BYTES``: exec output kept per call (default 1 MiB)
 - ``HARBOR_OPENENV_MAX_WRITE_BYTES``: largest file content one write accepts (default 8 MiB)
