@@ -200,6 +200,34 @@ def test_compose_leftovers_of_a_dead_server_are_swept(docker_client, tmp_path):
         live.stop()
 
 
+def test_scratch_sweep_judges_only_folders_that_name_a_dead_owner(
+    docker_client, tmp_path, monkeypatch
+):
+    import tempfile
+
+    from harbor_openenv.compose import SCRATCH_PREFIX, remove_dead_scratch
+    from harbor_openenv.sandbox import server_identity, server_scope
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead_owner = f"{server_scope()}:999999999:1"  # no such process
+    layout = {
+        "live": server_identity(),  # this process
+        "dead": dead_owner,
+        "no-owner": None,  # being made, or an older runtime's: never judged
+    }
+    for name, owner in layout.items():
+        (tmp_path / f"{SCRATCH_PREFIX}{name}").mkdir()
+        if owner:
+            (tmp_path / f"{SCRATCH_PREFIX}{name}" / "owner").write_text(owner)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "owner").write_text(dead_owner)
+    (tmp_path / f"{SCRATCH_PREFIX}link").symlink_to(elsewhere)
+    assert remove_dead_scratch(docker_client) == 1
+    assert _scratch(tmp_path) == {f"{SCRATCH_PREFIX}{n}" for n in ("live", "no-owner", "link")}
+    assert (elsewhere / "owner").exists()
+
+
 # -- task.toml options ---------------------------------------------------------------------------
 
 
