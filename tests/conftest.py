@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -49,18 +50,23 @@ def docker_client():
 def bare_sandbox(docker_client, request):
     """One task container per test module, started by the runtime's Sandbox as a task's would be:
     debian:bookworm-slim, working directory /work, no network."""
-    from harbor_openenv.sandbox import Sandbox, server_identity
+    from harbor_openenv.helper import HelperVolume
+    from harbor_openenv.sandbox import LABEL, LABEL_OWNER, Sandbox, remove_containers
 
+    owner = f"test-{request.module.__name__}-{os.getpid()}"
+    volume = HelperVolume({LABEL: "1", LABEL_OWNER: owner})
     sandbox = Sandbox.start(
         docker_client,
         "debian:bookworm-slim",
         task_id=request.module.__name__,
-        owner=server_identity(),
+        owner=owner,
         workdir="/work",
         network="none",
+        helper_volume=volume.ensure(docker_client, "debian:bookworm-slim"),
     )
     yield sandbox
     sandbox.remove()
+    remove_containers(docker_client, owner=owner)  # the helper's volume too
 
 
 def _has_image(client, name: str) -> bool:
@@ -85,6 +91,7 @@ class Server:
     def __init__(self, tasks: Path, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         environ = {
             **os.environ,
             "HARBOR_OPENENV_TASKS": str(tasks),
@@ -104,17 +111,22 @@ class Server:
                 str(self.port),
             ],
             env=environ,
-            stdout=subprocess.PIPE,
+            stdout=self.log,
             stderr=subprocess.STDOUT,
         )
         self._wait_healthy()
+
+    @property
+    def output(self) -> str:
+        """What the server printed so far (a file, so a chatty server never blocks on a pipe)."""
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
 
     def _wait_healthy(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                output = self.process.stdout.read().decode(errors="replace")
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{output}")
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.output}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
                     return
@@ -141,8 +153,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process.stdout:
-            self.process.stdout.close()
+        self.log.close()
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -23,9 +24,11 @@ from conftest import FIXTURE_TASKS, Server, runtime_containers, wait_until
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from harbor_openenv.environment import Settings
+
 pytestmark = pytest.mark.docker
 
-PIDS_LIMIT = 128
+PIDS_LIMIT = Settings().pids_limit  # the suite runs at the server's defaults
 # A verifier that takes two seconds before writing reward 0: a planter that survived the stop
 # would have that long to leave a reward.json, which wins over reward.txt.
 SLOW_TEST_SH = "#!/bin/bash\nsleep 2\necho 0 > /logs/verifier/reward.txt\n"
@@ -38,12 +41,21 @@ def tasks(tmp_path_factory) -> Path:
         shutil.copytree(FIXTURE_TASKS / name, root / name)
     shutil.copytree(FIXTURE_TASKS / "edit-file", root / "slow-check")
     (root / "slow-check" / "tests" / "test.sh").write_text(SLOW_TEST_SH)
+    # The same task for an unprivileged agent, and one with the limits for bombs.
+    shutil.copytree(root / "slow-check", root / "slow-check-nobody")
+    with (root / "slow-check-nobody" / "environment" / "Dockerfile").open("a") as dockerfile:
+        dockerfile.write("RUN chmod 777 /work\n")
+    toml = root / "slow-check-nobody" / "task.toml"
+    toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nuser = "nobody"\n'))
+    shutil.copytree(root / "slow-check", root / "bomb")
+    with (root / "bomb" / "task.toml").open("a") as bomb:  # its last table is [environment]
+        bomb.write("cpus = 1\nmemory_mb = 512\n")
     return root
 
 
 @pytest.fixture(scope="module")
 def hostile(docker_client, tasks):
-    srv = Server(tasks, HARBOR_OPENENV_PIDS_LIMIT=str(PIDS_LIMIT), HARBOR_OPENENV_MAX_SESSIONS="8")
+    srv = Server(tasks, HARBOR_OPENENV_MAX_SESSIONS="8")
     yield srv
     srv.stop()
 
@@ -95,17 +107,21 @@ PLANTERS = {
 }
 
 
-@pytest.mark.parametrize("variant", list(PLANTERS))
-def test_planted_reward_never_reaches_the_score(hostile, variant):
+@pytest.mark.parametrize(
+    ("variant", "task"),
+    [(variant, "slow-check") for variant in PLANTERS]
+    + [(variant, "slow-check-nobody") for variant in PLANTERS if variant != "another user"],
+)
+def test_planted_reward_never_reaches_the_score(hostile, variant, task):
     script, start = PLANTERS[variant]
     with hostile.client() as env:
-        env.reset(task_id="slow-check")
+        env.reset(task_id=task)
         env.write("plant.sh", script + "\n")
         assert env.exec("chmod 755 plant.sh && " + start).observation.exit_code == 0
-        seen = env.exec("sleep 1.5; ls /logs/verifier; grep -l plant.sh /proc/[0-9]*/cmdline")
-        assert "reward." in seen.observation.output, seen.observation  # it really plants
+        seen = env.exec("sleep 1.5; grep -l plant.sh /proc/[0-9]*/cmdline")
+        assert "/proc/" in seen.observation.output, seen.observation  # the planter runs
         result = env.evaluate()
-        print(f"{variant}: planter running before evaluate, reward {result.reward}")
+        print(f"{variant} ({task}): planter running before evaluate, reward {result.reward}")
         assert (result.reward, result.observation.error) == (0.0, None), result.observation
 
 
@@ -158,11 +174,12 @@ def _pids_current(container) -> int:
     return int(Path(f"/sys/fs/cgroup/pids/docker/{container.id}/pids.current").read_text())
 
 
-def test_fork_bomb_stays_inside_its_pids_limit(hostile, docker_client):
+@pytest.mark.parametrize("task", ["bomb", "slow-check"])  # cpus = 1, 512 MB; the defaults
+def test_fork_bomb_stays_inside_its_pids_limit(hostile, docker_client, task):
     with hostile.client() as bomber, hostile.client() as neighbour:
-        bomber.reset(task_id="slow-check")
-        neighbour.reset(task_id="edit-file")
-        container = _container_of(docker_client, hostile, "slow-check")
+        assert bomber.reset(task_id=task).observation.error is None
+        assert neighbour.reset(task_id="edit-file").observation.error is None
+        container = _container_of(docker_client, hostile, task)
         bomb = bomber.exec("bomb() { bomb | bomb & }; bomb; sleep 1", timeout_s=10)
         assert bomb.observation.error is None or bomb.observation.timed_out
         peak, latencies, host = 0, [], []
@@ -182,8 +199,14 @@ def test_fork_bomb_stays_inside_its_pids_limit(hostile, docker_client):
         assert container.attrs["HostConfig"]["PidsLimit"] == PIDS_LIMIT
         assert PIDS_LIMIT * 0.5 <= peak <= PIDS_LIMIT  # the bomb ran, and stopped at the limit
         assert max(latencies) < 5 and max(host) < 1
+        start = time.monotonic()
         result = bomber.evaluate()  # every bomb process is stopped before the verifier
-        assert (result.reward, result.observation.error) == (0.0, None), result.observation
+        took = time.monotonic() - start
+        print(f"fork bomb ({task}): evaluate took {took:.1f} s, load {os.getloadavg()[0]:.1f}")
+        # A scored episode, or an error naming the agent's resource use: never a silent None.
+        scored = (result.reward, result.observation.error) == (0.0, None)
+        assert scored or "process limit" in (result.observation.error or ""), result.observation
+        assert result.done
 
 
 def test_memory_bomb_is_held_by_the_memory_limit(hostile, docker_client):

@@ -4,6 +4,7 @@ task.toml, however strange, makes the parser or the task classifier raise anythi
 from __future__ import annotations
 
 import posixpath
+import time
 import uuid
 from pathlib import Path
 
@@ -244,3 +245,71 @@ def test_non_finite_timeouts_are_errors(tmp_path: Path):
         for value in ("nan", "inf", "-1.0"):
             with pytest.raises(DatasetError, match=rf"\[{table}\]\.timeout_sec: must be"):
                 parse_task_config(f"[{table}]\ntimeout_sec = {value}\n", "x/task.toml")
+
+
+# -- the helper's stop: no agent process survives, whatever its name and user ----------------------
+
+# A planter that renames itself ($1: the new name as printf escapes) and loops on builtins only, so
+# it never spawns a child; and a supervisor, also renamed, that respawns it whenever it dies.
+PLANTER = (
+    'printf "$1" > /proc/self/comm\n'
+    "while :; do echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' >"
+    " /logs/verifier/reward.json; done 2>/dev/null\n"
+)
+SUPERVISOR = 'printf "$1" > /proc/self/comm\nwhile :; do bash /tmp/plant.sh "$1" & wait; done\n'
+QUIET = "</dev/null >/dev/null 2>&1"
+DAEMON_STYLES = {
+    "builtins-only loop": f'setsid bash /tmp/plant.sh "$1" {QUIET} &',
+    "setsid double fork": f'setsid bash -c \'(bash /tmp/plant.sh "$0" &) &\' "$1" {QUIET}',
+    "respawning supervisor": f'setsid bash /tmp/super.sh "$1" {QUIET} &',
+}
+# Command names: anything but NUL, up to the kernel's 15 bytes, with the bytes that fooled a
+# parser of /proc/PID/stat's first line (parens, spaces, newlines, state letters).
+PROCESS_NAMES = st.lists(
+    st.sampled_from([b")", b"(", b" ", b"\n", b"Z", b"X", b") Z 1 ", b"\xff", b"\xc3", b"a"])
+    | st.binary(min_size=1, max_size=3).filter(lambda b: b"\x00" not in b),
+    min_size=1,
+    max_size=8,
+).map(lambda parts: b"".join(parts)[:15])
+
+
+@pytest.mark.docker
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    name=PROCESS_NAMES,
+    user=st.sampled_from(["root", "nobody"]),
+    style=st.sampled_from(list(DAEMON_STYLES)),
+)
+def test_no_agent_process_survives_the_stop(bare_sandbox, name, user, style):
+    box = bare_sandbox
+    box.stop_processes()  # what earlier examples left
+    box.mark_baseline()
+    baseline = box._baseline
+    setup = (
+        "printf '%s' \"$1\" > /tmp/plant.sh && printf '%s' \"$2\" > /tmp/super.sh"
+        " && chmod 755 /tmp/plant.sh /tmp/super.sh"
+        " && rm -rf /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier"
+    )
+    assert box.exec_root(setup, PLANTER, SUPERVISOR).exit_code == 0
+    escaped = "".join(f"\\{byte:03o}" for byte in name)
+    started = box.exec(
+        DAEMON_STYLES[style], timeout_s=10, max_output=1000, user=user, args=(escaped,)
+    )
+    assert started.exit_code == 0, started.output
+    box.mark_baseline()
+    assert box._baseline != baseline  # the daemon runs
+    box._baseline = baseline
+
+    box.stop_processes(prepare=("", "/logs/verifier", "/tests", "stage"))
+
+    time.sleep(0.3)  # a survivor would have planted by now
+    box.mark_baseline()
+    assert box._baseline == baseline, (name, user, style)
+    for reward in ("reward.txt", "reward.json"):
+        assert box.read_engine_file(f"/logs/verifier/{reward}", limit=100) is None
+    mode = box.exec_root("stat -c '%a %U' /logs/verifier").output.strip()
+    assert mode == "755 root"  # the verifier's alone

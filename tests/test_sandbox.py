@@ -1,104 +1,93 @@
-"""Sandbox.exec_then_read against a real container: the one-round-trip read and its fallback."""
+"""Sandbox primitives against a real container: reads through the engine, writes as the agent's
+user, the helper's stop, and docker-py's exec stream."""
 
 from __future__ import annotations
 
 import http.client
-import io
-import os
-import tarfile
+import tempfile
 import time
 
 import pytest
 
-from harbor_openenv.sandbox import Sandbox
+from harbor_openenv.sandbox import Sandbox, SandboxError, TooLargeError
 
 pytestmark = pytest.mark.docker
 
 OUT = "/logs/out"
-FILES = {"reward.txt": None, "reward.json": None, "stdout.txt": 100}
-
-
-@pytest.fixture
-def archive_reads(bare_sandbox, monkeypatch) -> list[str]:
-    """The folders read through an archive (the fallback) during the test."""
-    reads: list[str] = []
-    original = bare_sandbox.get_files
-
-    def counted(folder: str) -> dict[str, bytes]:
-        reads.append(folder)
-        return original(folder)
-
-    monkeypatch.setattr(bare_sandbox, "get_files", counted)
-    return reads
 
 
 def fill(box: Sandbox, script: str) -> None:
-    """A fresh OUT folder made by ``script`` (base64 put back if a test took it away)."""
-    restore = "if [ -e /usr/bin/base64.off ]; then mv /usr/bin/base64.off /usr/bin/base64; fi"
-    result = box.exec_root(
-        f"{restore}; rm -rf {OUT} && mkdir -p {OUT} && chmod 777 {OUT} && cd {OUT} && {script}"
-    )
+    """A fresh OUT folder made by ``script`` as root."""
+    result = box.exec_root(f"rm -rf {OUT} && mkdir -p {OUT} && cd {OUT} && {script}")
     assert result.exit_code == 0, result.output
 
 
-def test_files_come_back_with_the_command_in_one_round_trip(bare_sandbox, archive_reads):
-    binary = os.urandom(3000)
-    fill(bare_sandbox, "printf '1\\n' > reward.txt && seq 1 1000 > stdout.txt")
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        info = tarfile.TarInfo("reward.json")
-        info.size = len(binary)
-        archive.addfile(info, io.BytesIO(binary))
-    bare_sandbox.container.put_archive(OUT, buffer.getvalue())
-
-    result, files = bare_sandbox.exec_then_read("exit 3", OUT, FILES, timeout_s=30)
-
-    assert archive_reads == []
-    assert result.exit_code == 3  # the command's own status, not the read's
-    assert files == {
-        "reward.txt": b"1\n",
-        "reward.json": binary,
-        "stdout.txt": "\n".join(map(str, range(1, 1001))).encode()[-99:] + b"\n",
-    }
-    assert files == {
-        name: data if FILES[name] is None else data[-FILES[name] :]
-        for name, data in bare_sandbox.get_files(OUT).items()
-    }
+def test_engine_reads_use_no_program_of_the_container(bare_sandbox):
+    fill(bare_sandbox, "printf '1\\n' > reward.txt && seq 1 100000 > stdout.txt")
+    # An agent with root replaced the programs an in-container read would use.
+    hide = "for p in base64 tail wc cat head; do mv /usr/bin/$p /usr/bin/$p.off; done"
+    assert bare_sandbox.exec_root(hide).exit_code == 0
+    try:
+        assert bare_sandbox.read_engine_file(f"{OUT}/reward.txt", limit=100) == b"1\n"
+        tail = bare_sandbox.read_engine_file(f"{OUT}/stdout.txt", limit=12, tail=True)
+        assert tail == b"99999\n100000\n"[-12:]
+        assert bare_sandbox.read_engine_file(f"{OUT}/missing", limit=100) is None
+    finally:
+        bare_sandbox.exec_root("for f in /usr/bin/*.off; do mv $f ${f%.off}; done")
 
 
-def test_absent_files_and_symlinks_are_left_out(bare_sandbox, archive_reads):
-    fill(bare_sandbox, "echo secret > /root-only && ln -s /root-only reward.txt")
-    result, files = bare_sandbox.exec_then_read("true", OUT, FILES, timeout_s=30)
-    assert (result.exit_code, files, archive_reads) == (0, {}, [])
+def test_engine_reads_refuse_links_and_oversized_files_before_reading(bare_sandbox):
+    fill(
+        bare_sandbox,
+        "echo secret > /root-only && ln -s /root-only link"
+        " && truncate -s 3G sparse.json && mkdir folder",
+    )
+    with pytest.raises(SandboxError, match="not a regular file"):
+        bare_sandbox.read_engine_file(f"{OUT}/link", limit=100)
+    with pytest.raises(SandboxError, match="not a regular file"):
+        bare_sandbox.read_engine_file(f"{OUT}/folder", limit=1 << 20)
+    start = time.monotonic()
+    with pytest.raises(TooLargeError, match="3221225472 bytes"):
+        bare_sandbox.read_engine_file(f"{OUT}/sparse.json", limit=1 << 20)
+    with pytest.raises(TooLargeError):
+        bare_sandbox.read_engine_file(f"{OUT}/sparse.json", limit=100, tail=True)
+    assert time.monotonic() - start < 2  # refused from its size, not read through
 
 
-@pytest.mark.parametrize(
-    ("why", "script", "command", "user"),
-    [
-        ("a file over the limit", "head -c 5000 /dev/zero > reward.json", "true", None),
-        (
-            "an image without base64",
-            "echo 0.5 > reward.txt && mv /usr/bin/base64 /usr/bin/base64.off",
-            "true",
-            None,
-        ),
-        (
-            "a file the user cannot read",
-            "echo 0.5 > reward.txt && chmod 600 reward.txt",
-            "true",
-            "nobody",
-        ),
-        ("the command timed out", "echo 0.5 > reward.txt", "sleep 30", None),
-    ],
-)
-def test_an_untrustworthy_read_falls_back_to_the_archive(
-    bare_sandbox, archive_reads, why, script, command, user
-):
-    fill(bare_sandbox, script)
-    _, files = bare_sandbox.exec_then_read(command, OUT, FILES, timeout_s=3, user=user, limit=4096)
-    assert archive_reads == [OUT], why
-    assert files == bare_sandbox.get_files(OUT), why
-    assert files, why
+def test_export_stops_at_its_budget(bare_sandbox):
+    fill(bare_sandbox, "head -c 4000 /dev/urandom > a && truncate -s 2G b && ln -s a c")
+    with tempfile.TemporaryFile() as target:
+        assert bare_sandbox.export_path(f"{OUT}/a", target, budget=5000)
+        assert not bare_sandbox.export_path(f"{OUT}/none", target, budget=5000)
+    with tempfile.TemporaryFile() as target, pytest.raises(TooLargeError):
+        bare_sandbox.export_path(OUT, target, budget=1 << 20)
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_write_keeps_an_existing_files_mode_and_owner(bare_sandbox, user):
+    fill(
+        bare_sandbox,
+        "mkdir -p /work/w && chmod 777 /work/w && cd /work/w && rm -f run.sh new.txt"
+        " && printf 'old' > run.sh && chmod 755 run.sh"
+        + (" && chown nobody run.sh" if user == "nobody" else ""),
+    )
+    bare_sandbox.write_file("/work/w/run.sh", b"#!/bin/sh\necho new\n", user=user)
+    bare_sandbox.write_file("/work/w/new.txt", b"fresh\n", user=user)
+    stat = bare_sandbox.exec_root("stat -c '%n %a %U' /work/w/run.sh /work/w/new.txt")
+    assert stat.output.split("\n")[:2] == [
+        f"/work/w/run.sh 755 {user}",
+        f"/work/w/new.txt 644 {user}",  # the exec's umask, 022
+    ]
+    assert bare_sandbox.exec("/work/w/run.sh", timeout_s=10, max_output=100).output == "new\n"
+
+
+def test_writes_run_as_the_agents_user(bare_sandbox):
+    fill(bare_sandbox, "echo root-only > /work/secret && chmod 600 /work/secret")
+    with pytest.raises(SandboxError, match="ermission denied"):
+        bare_sandbox.write_file("/work/secret", b"mine", user="nobody")
+    with pytest.raises(SandboxError):
+        bare_sandbox.read_file("/work/secret", max_bytes=100, user="nobody")
+    assert bare_sandbox.read_file("/work/secret", max_bytes=100, user="root")[0] == b"root-only\n"
 
 
 def test_output_read_along_with_the_response_headers_is_kept(bare_sandbox, monkeypatch):

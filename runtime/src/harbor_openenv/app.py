@@ -10,7 +10,16 @@ Environment variables (all optional):
 - ``HARBOR_OPENENV_EXEC_TIMEOUT_S``: default and cap of one exec (default 300)
 - ``HARBOR_OPENENV_MAX_OUTPUT_BYTES``: exec output kept per call (default 1 MiB)
 - ``HARBOR_OPENENV_MAX_WRITE_BYTES``: largest file content one write accepts (default 8 MiB)
-- ``HARBOR_OPENENV_PIDS_LIMIT``: most processes in one task container (default 4096)
+- ``HARBOR_OPENENV_MAX_READ_BYTES``: largest file content one read returns (default 8 MiB)
+- ``HARBOR_OPENENV_SOLVE_TIMEOUT_S``: solve.sh's and setup.sh's timeout when the task sets none
+  (default 1800)
+- ``HARBOR_OPENENV_PIDS_LIMIT``: most processes in one task container (default 1024)
+- ``HARBOR_OPENENV_DEFAULT_CPUS`` / ``HARBOR_OPENENV_DEFAULT_MEMORY_MB``: limits for tasks whose
+  task.toml sets none (default 1 CPU, 2048 MB)
+- ``HARBOR_OPENENV_DISK_MB``: an episode's files, for tasks without storage_mb (default 10240;
+  0: unbounded); ``HARBOR_OPENENV_DISK_CHECK_S``: how often it is measured (default 2)
+- ``HARBOR_OPENENV_MAX_REWARD_BYTES``: largest reward file read (default 1 MiB);
+  ``HARBOR_OPENENV_MAX_ARTIFACT_BYTES``: a separate verifier's artifacts together (default 1 GiB)
 - ``HARBOR_OPENENV_ORCHESTRATION_TOKEN``: enables evaluate/solve for callers that send it
 - ``HARBOR_OPENENV_DEFAULT_TASK``: the task a reset without a choice starts
 - ``HARBOR_OPENENV_POOL_SIZE``: pre-started containers kept per task image and run options, so a
@@ -60,7 +69,19 @@ def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
         exec_timeout_s=number("HARBOR_OPENENV_EXEC_TIMEOUT_S", defaults.exec_timeout_s),
         max_output_bytes=number("HARBOR_OPENENV_MAX_OUTPUT_BYTES", defaults.max_output_bytes, int),
         max_write_bytes=number("HARBOR_OPENENV_MAX_WRITE_BYTES", defaults.max_write_bytes, int),
+        max_read_bytes=number("HARBOR_OPENENV_MAX_READ_BYTES", defaults.max_read_bytes, int),
+        solve_timeout_s=number("HARBOR_OPENENV_SOLVE_TIMEOUT_S", defaults.solve_timeout_s),
         pids_limit=number("HARBOR_OPENENV_PIDS_LIMIT", defaults.pids_limit, int),
+        default_cpus=number("HARBOR_OPENENV_DEFAULT_CPUS", defaults.default_cpus),
+        default_memory_mb=number(
+            "HARBOR_OPENENV_DEFAULT_MEMORY_MB", defaults.default_memory_mb, int
+        ),
+        disk_mb=number("HARBOR_OPENENV_DISK_MB", defaults.disk_mb, int, zero=True),
+        disk_check_s=number("HARBOR_OPENENV_DISK_CHECK_S", defaults.disk_check_s),
+        max_reward_bytes=number("HARBOR_OPENENV_MAX_REWARD_BYTES", defaults.max_reward_bytes, int),
+        max_artifact_bytes=number(
+            "HARBOR_OPENENV_MAX_ARTIFACT_BYTES", defaults.max_artifact_bytes, int
+        ),
         orchestration_token=env.get("HARBOR_OPENENV_ORCHESTRATION_TOKEN") or None,
         default_task=env.get("HARBOR_OPENENV_DEFAULT_TASK") or None,
         pool_size=number("HARBOR_OPENENV_POOL_SIZE", defaults.pool_size, int, zero=True),

@@ -2,59 +2,83 @@
 copied from the agent's container to the same paths in the verifier's, as Harbor does.
 
 Only regular files and folders travel (links and special files are dropped) and they arrive owned
-by root; an entry's ``exclude`` patterns drop members whose path or any part of it matches.
+by root; an entry's ``exclude`` patterns drop members whose path or any part of it matches. They
+travel through temporary files on the server's disk, never its memory, and their files' apparent
+sizes together (a sparse file counts whole) must stay within a limit.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import io
 import posixpath
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import IO
 
 from .dataset import ArtifactConfig
-from .sandbox import Sandbox
+from .sandbox import Sandbox, TooLargeError
 
 
 @dataclass(frozen=True)
 class Artifact:
     path: str  # absolute path in both containers
-    archive: bytes  # a tar holding basename(path)
+    archive: IO[bytes]  # a tar holding basename(path), on disk
 
 
-def collect(sandbox: Sandbox, entries: list[ArtifactConfig]) -> list[Artifact]:
-    """The entries that exist in ``sandbox`` (relative sources are inside its workdir)."""
+def collect(sandbox: Sandbox, entries: list[ArtifactConfig], *, limit: int) -> list[Artifact]:
+    """The entries that exist in ``sandbox`` (relative sources are inside its workdir); together
+    at most ``limit`` bytes, else :class:`TooLargeError` naming the entry."""
     found = []
     for entry in entries:
         path = posixpath.normpath(posixpath.join(sandbox.workdir, entry.source))
-        data = sandbox.export_path(path)
-        if data is not None:
-            found.append(Artifact(path, _sanitise(data, entry.exclude)))
+        raw = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller
+        try:
+            present = sandbox.export_path(path, raw, budget=limit)
+        except TooLargeError:
+            raw.close()
+            close(found)
+            raise TooLargeError(
+                f"the artifacts reached {path}, which takes them over the limit of {limit} bytes"
+                " (HARBOR_OPENENV_MAX_ARTIFACT_BYTES); apparent sizes count, sparse files too"
+            ) from None
+        if not present:
+            raw.close()
+            continue
+        limit -= raw.tell()
+        raw.seek(0)
+        found.append(Artifact(path, _sanitise(raw, entry.exclude)))
     return found
 
 
 def restore(sandbox: Sandbox, artifacts: list[Artifact]) -> None:
     """Recreate each artifact at its path in ``sandbox``."""
     for artifact in artifacts:
+        artifact.archive.seek(0)
         sandbox.import_archive(posixpath.dirname(artifact.path) or "/", artifact.archive)
 
 
-def _sanitise(data: bytes, exclude: list[str]) -> bytes:
-    out = io.BytesIO()
+def close(artifacts: list[Artifact]) -> None:
+    """Delete the artifacts' temporary files."""
+    for artifact in artifacts:
+        artifact.archive.close()
+
+
+def _sanitise(source: IO[bytes], exclude: list[str]) -> IO[bytes]:
+    """``source`` without the excluded members (``source`` is closed; the copy is on disk)."""
+    if not exclude:
+        return source
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - returned
     with (
-        tarfile.open(fileobj=io.BytesIO(data), mode="r:") as source,
-        tarfile.open(fileobj=out, mode="w") as target,
+        source,
+        tarfile.open(fileobj=source, mode="r|") as members,
+        tarfile.open(fileobj=out, mode="w|") as target,
     ):
-        for member in source:
-            if not (member.isfile() or member.isdir()) or _excluded(member.name, exclude):
-                continue
-            member.uid = member.gid = 0
-            member.uname = member.gname = "root"
-            member.mode &= 0o777
-            target.addfile(member, source.extractfile(member) if member.isfile() else None)
-    return out.getvalue()
+        for member in members:
+            if not _excluded(member.name, exclude):
+                target.addfile(member, members.extractfile(member) if member.isfile() else None)
+    return out
 
 
 def _excluded(name: str, patterns: list[str]) -> bool:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import docker
 
+from . import helper
 from .sandbox import LABEL, LABEL_OWNER, LABEL_TASK, Sandbox, SandboxError, owner_alive
 
 LABEL_PROJECT = "harbor-openenv.compose-project"
@@ -118,11 +119,23 @@ class ComposeSandbox(Sandbox):
         compose_env: dict[str, str] | None = None,
         pids_limit: int | None = None,
         timeout_s: float = 600,
+        helper_volume: str,
     ) -> ComposeSandbox:
         """Start the project (``up --wait``, sidecar healthchecks included) and attach to main."""
         name = f"harbor-openenv-{uuid.uuid4().hex[:12]}"
         scratch = _make_scratch(owner)
-        main: dict = {"image": image, "command": ["sh", "-c", "sleep infinity"]}
+        main: dict = {
+            "image": image,
+            "command": ["sh", "-c", "sleep infinity"],
+            "volumes": [
+                {
+                    "type": "volume",
+                    "source": "harbor-openenv-helper",
+                    "target": helper.MOUNT_DIR,
+                    "read_only": True,
+                }
+            ],
+        }
         if cpus:
             main["cpus"] = cpus
         if memory_mb:
@@ -130,7 +143,15 @@ class ComposeSandbox(Sandbox):
         if pids_limit:
             main["pids_limit"] = pids_limit
         base = Path(scratch) / "base.json"
-        base.write_text(json.dumps({"services": {MAIN_SERVICE: main}}))
+        helper_spec = {"external": True, "name": helper_volume}
+        base.write_text(
+            json.dumps(
+                {
+                    "services": {MAIN_SERVICE: main},
+                    "volumes": {"harbor-openenv-helper": helper_spec},
+                }
+            )
+        )
         environ = {
             **os.environ,
             **(compose_env or {}),

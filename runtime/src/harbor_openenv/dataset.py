@@ -400,8 +400,12 @@ class Task:
         except (OSError, UnicodeDecodeError) as exc:
             raise DatasetError(f"{self.id}/instruction.md: cannot be read: {exc}") from None
 
+    def step_path(self, step: StepConfig) -> Path:
+        """The folder of a ``[[steps]]`` entry: ``steps/<name>``."""
+        return self.path / "steps" / step.name
+
     def step_instruction(self, step: StepConfig) -> str:
-        path = self.path / "steps" / step.name / "instruction.md"
+        path = self.step_path(step) / "instruction.md"
         try:
             return strip_canary(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as exc:
@@ -431,9 +435,7 @@ class Task:
         config = self.config
         candidates = []
         if step is not None:
-            candidates.append(
-                (step.verifier.environment, self.path / "steps" / step.name / "tests")
-            )
+            candidates.append((step.verifier.environment, self.step_path(step) / "tests"))
         candidates.append((config.verifier.environment, self.path / "tests"))
         for environment, folder in candidates:
             if environment is not None and environment.docker_image:
@@ -506,9 +508,9 @@ def _step_problems(task: Task, config: TaskConfig) -> list[str]:
     problems = []
     for step in config.steps or []:
         where = f"{task.id}/steps/{step.name}"
-        if not (task.path / "steps" / step.name / "instruction.md").is_file():
+        if not (task.step_path(step) / "instruction.md").is_file():
             problems.append(f"{where}/instruction.md: missing ([[steps]] name = {step.name!r})")
-        tests = (task.path / "steps" / step.name / "tests" / "test.sh").is_file() or (
+        tests = (task.step_path(step) / "tests" / "test.sh").is_file() or (
             task.path / "tests" / "test.sh"
         ).is_file()
         if not tests and not task._bundled_tests(step):

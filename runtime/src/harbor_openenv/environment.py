@@ -11,6 +11,7 @@ import base64
 import binascii
 import functools
 import hmac
+import json
 import logging
 import os
 import random
@@ -41,27 +42,30 @@ from .dataset import (
     verifier_environment,
     verifier_mode,
 )
+from .disk import DiskGuard
+from .helper import HelperError, HelperVolume
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
 from .models import ORCHESTRATION_ACTIONS, HarborAction, HarborObservation, HarborState
 from .pool import ContainerPool, ContainerSpec
-from .reward import REWARD_FILES, VERIFIER_DIR, Reward, parse_reward, scalar
-from .sandbox import PathEscapeError, Sandbox, SandboxError, remove_containers, server_identity
+from .reward import REWARD_DETAILS, REWARD_FILES, VERIFIER_DIR, Reward, parse_reward, scalar
+from .sandbox import (
+    LABEL,
+    LABEL_OWNER,
+    PathEscapeError,
+    Sandbox,
+    SandboxError,
+    TooLargeError,
+    remove_containers,
+    server_identity,
+)
 from .steps import final_metrics, min_reward_failure
 
 log = logging.getLogger("harbor_openenv")
 _TAIL = 8192
 _REMOVERS = 4  # threads removing ended episodes' containers
 _TEST_STDOUT = "test-stdout.txt"
-# Run as root before the verifier: $1 (the verifier's output folder) emptied and writable by all;
-# $2 (/tests) emptied for staging ($3 = stage) or, when the image brings it, its test.sh made
-# executable (as Harbor does; a failure there shows when test.sh runs).
-_PREPARE_VERIFIER = r"""
-rm -rf -- "$1" && mkdir -p -- "$1" && chmod 777 -- "$1" || exit 1
-if [ "$3" = stage ]; then rm -rf -- "$2" && mkdir -p -- "$2" || exit 1
-else chmod +x -- "$2/test.sh" 2>/dev/null; fi
-exit 0
-"""
+_TESTS_DIR = "/tests"
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,14 @@ class Settings:
     max_read_bytes: int = 8 << 20
     max_write_bytes: int = 8 << 20
     solve_timeout_s: float = 1800.0
-    pids_limit: int = 4096
+    pids_limit: int = 1024
+    # Limits for tasks whose task.toml sets none (Harbor then sets none either).
+    default_cpus: float = 1.0
+    default_memory_mb: int = 2048
+    max_reward_bytes: int = 1 << 20  # each of reward.json, reward.txt, reward-details.json
+    max_artifact_bytes: int = 1 << 30  # a separate verifier's artifacts together
+    disk_mb: int = 10240  # an episode's files, for tasks without storage_mb (0: unbounded)
+    disk_check_s: float = 2.0  # how often the disk guard measures every running episode
     orchestration_token: str | None = None
     default_task: str | None = None
     pool_size: int = 0  # pre-started containers kept per container spec (0: no warm pool)
@@ -97,6 +108,36 @@ class Runtime:
             lambda: self.docker, owner=self.owner, size=self.settings.pool_size, limit=max_sessions
         )
         self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
+        self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: self.owner})
+        self.disk = DiskGuard(self.settings.disk_check_s)
+
+    def helper_volume(self, image: str) -> str:
+        """The server's volume holding the in-container helper (made on first use)."""
+        try:
+            return self._helper.ensure(self.docker, image)
+        except HelperError as exc:
+            raise SandboxError(str(exc)) from None
+
+    def spec(
+        self, image: str, table: EnvironmentConfig, env: dict[str, str], network_mode: str
+    ) -> ContainerSpec:
+        """How reset starts a task's container: everything but the task's label."""
+        settings = self.settings
+        return ContainerSpec(
+            image,
+            workdir=table.workdir,
+            cpus=table.cpus or settings.default_cpus,
+            memory_mb=table.memory_mb or settings.default_memory_mb,
+            network="none" if network_mode == "no-network" else None,
+            env=tuple(sorted(env.items())),
+            pids_limit=settings.pids_limit,
+            helper_volume=self.helper_volume(image),
+            storage_mb=self.disk_limit(table),
+        )
+
+    def disk_limit(self, table: EnvironmentConfig) -> int | None:
+        """An environment's disk limit in MB: its storage_mb, else the server's (None: none)."""
+        return table.storage_mb or self.settings.disk_mb or None
 
     @property
     def docker(self) -> docker.DockerClient:
@@ -147,7 +188,7 @@ class Runtime:
         table = task.config.environment
         env = _resolve_envs(task).environment
         image = self.images.resolve(task)
-        self.pool.want(_spec(image, table, env, table.network_mode, self.settings.pids_limit))
+        self.pool.want(self.spec(image, table, env, table.network_mode))
 
     def discard(self, sandbox: Sandbox, then: Callable[[], None]) -> None:
         """Remove an ended episode's container in the background, so the step that ended the
@@ -170,6 +211,7 @@ class Runtime:
         """Finish pending removals, empty the warm pool and remove every container this server
         started."""
         self._removals.shutdown(wait=True)
+        self.disk.close()
         self.pool.close()
         if self._docker is None:
             return 0
@@ -284,9 +326,16 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 network_mode=config.environment.network_mode,
                 episode=True,
             )
+            limit = self._runtime.disk_limit(config.environment)
+            if limit:
+                self._runtime.disk.watch(self._sandbox, limit)
             self._healthcheck(config.environment.healthcheck, None, "[environment.healthcheck]")
             if config.steps:
                 self._prepare_step()
+            if config.steps or config.environment.healthcheck:
+                # The baseline, once: what runs now is the environment's; nothing started later
+                # (by the agent, or by a verifier running the agent's code) is ever added to it.
+                self._sandbox.mark_baseline()
             instruction = self._instruction()
         except (DatasetError, ImageError, SandboxError) as exc:
             self._end_episode()
@@ -321,29 +370,29 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         ``episode``: the episode's own environment, counted against the warm pool's limit until
         the episode ends; a container (not a compose project) then comes from the pool if ready.
         """
-        common = dict(
-            task_id=task.id,
-            owner=self._runtime.owner,
-            workdir=table.workdir,
-            cpus=table.cpus,
-            memory_mb=table.memory_mb,
-            env=env,
-            pids_limit=self._runtime.settings.pids_limit,
-        )
-        spec = None
+        runtime = self._runtime
+        spec = runtime.spec(image, table, env, network_mode)
         if compose:
+            assert task.compose_file is not None
             start = functools.partial(
                 ComposeSandbox.start_project,
-                self._runtime.docker,
+                runtime.docker,
                 image,
                 compose_file=task.compose_file,
                 no_network=network_mode == "no-network",
                 compose_env=env,
                 timeout_s=table.build_timeout_sec,
-                **common,
+                task_id=task.id,
+                owner=runtime.owner,
+                workdir=spec.workdir,
+                cpus=spec.cpus,
+                memory_mb=spec.memory_mb,
+                env=env,
+                pids_limit=spec.pids_limit,
+                helper_volume=spec.helper_volume,
             )
+            spec = None
         else:
-            spec = _spec(image, table, env, network_mode, self._runtime.settings.pids_limit)
             start = functools.partial(
                 spec.start, self._runtime.docker, owner=self._runtime.owner, task_id=task.id
             )
@@ -414,21 +463,20 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         return fields
 
     def _prepare_step(self) -> None:
-        """Clear the last shared verifier's /tests and /logs/verifier, reset /logs/agent, upload
-        ``steps/<name>/workdir/`` into the workdir, run its setup.sh and the step's healthcheck."""
+        """After a step: stop what its verifier left running and clear its /tests and
+        /logs/verifier. Then reset /logs/agent, upload ``steps/<name>/workdir/`` into the workdir,
+        run its setup.sh and the step's healthcheck. Processes setup.sh starts after the first
+        step are not the environment's: the step's evaluate stops them like the agent's."""
         sandbox, step = self._sandbox, self._step()
         where = f"{self._task.id}/steps/{step.name}"
+        if self._step_index > 0 and self._verifier_dirs_used:
+            sandbox.stop_processes(prepare=("", VERIFIER_DIR, _TESTS_DIR, "stage"))
         script = "rm -rf -- /logs/agent && mkdir -p /logs/agent && chmod 777 /logs/agent"
-        if self._verifier_dirs_used:
-            script += (
-                f" && rm -rf -- {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR} && chmod 777"
-                f" {VERIFIER_DIR} && if [ -d /tests ]; then find /tests -mindepth 1 -delete; fi"
-            )
         cleared = sandbox.exec_root(script)
         if cleared.exit_code != 0:
             raise SandboxError(f"cannot clear the last step's outputs: {cleared.output.strip()}")
         self._verifier_dirs_used = False
-        folder = self._task.path / "steps" / step.name / "workdir"
+        folder = self._task.step_path(step) / "workdir"
         if folder.is_dir():
             sandbox.put_dir(folder, sandbox.workdir, replace=False)
         if (folder / "setup.sh").is_file():
@@ -446,7 +494,6 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._healthcheck(
             step.healthcheck, self._agent_user(), f"[[steps]] {step.name} healthcheck"
         )
-        sandbox.mark_baseline()  # services setup.sh started belong to the environment
 
     def _pick(self, task_id: str | None, index: int | None, seed: int | None) -> str:
         ids = self._runtime.dataset.ids
@@ -484,12 +531,22 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             reason = "the episode has ended" if done else "no episode is running"
             return self._fail(kind, f"{reason}: call reset first", done=done)
         self._state.step_count += 1
+        if self._sandbox.exceeded:
+            return self._conclude(None, self._sandbox.exceeded, "", {}, kind)
         try:
             return getattr(self, f"_{kind}")(action)
         except PathEscapeError as exc:
             return self._fail(kind, f"refused: {exc}")
-        except SandboxError as exc:
-            return self._fail(kind, str(exc))
+        except Exception as exc:
+            if kind not in ORCHESTRATION_ACTIONS:
+                if not isinstance(exc, SandboxError):
+                    log.exception("%s failed in task %s", kind, self._state.task_id)
+                return self._fail(kind, str(exc) or repr(exc))
+            # Whatever went wrong while /tests or /solution may be staged, the agent never acts
+            # in this container again: the episode ends without a reward.
+            if not isinstance(exc, SandboxError):
+                log.exception("%s failed in task %s", kind, self._state.task_id)
+            return self._conclude(None, f"{kind} failed: {exc or repr(exc)}", "", {}, kind)
 
     def _authorised(self, action: HarborAction) -> bool:
         expected = self._runtime.settings.orchestration_token
@@ -510,6 +567,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             max_output=settings.max_output_bytes,
             user=_user(self._agent_user()),
         )
+        self._runtime.disk.nudge(self._sandbox)
         return self._observe(
             "exec",
             output=result.output,
@@ -522,8 +580,11 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         )
 
     def _read(self, action: HarborAction) -> HarborObservation:
-        path = self._sandbox.confine(_need(action.path, "read"))
-        data, cut = self._sandbox.read_file(path, max_bytes=self._runtime.settings.max_read_bytes)
+        user = self._file_user()
+        path = self._sandbox.confine(_need(action.path, "read"), user=user)
+        data, cut = self._sandbox.read_file(
+            path, max_bytes=self._runtime.settings.max_read_bytes, user=user
+        )
         try:
             text, encoding = data.decode("utf-8"), "utf-8"
         except UnicodeDecodeError:
@@ -546,13 +607,19 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 f"content is {len(data)} bytes, over this server's limit of {limit}"
                 " (HARBOR_OPENENV_MAX_WRITE_BYTES); write large files with exec",
             )
-        path = self._sandbox.confine(_need(action.path, "write"))
-        self._sandbox.write_file(path, data)
+        user = self._file_user()
+        path = self._sandbox.confine(_need(action.path, "write"), user=user)
+        self._sandbox.write_file(path, data, user=user)
         return self._observe("write", output=f"wrote {len(data)} bytes to {path}")
 
     def _list(self, action: HarborAction) -> HarborObservation:
-        path = self._sandbox.confine(action.path or ".")
-        return self._observe("list", output=self._sandbox.list_dir(path))
+        user = self._file_user()
+        path = self._sandbox.confine(action.path or ".", user=user)
+        return self._observe("list", output=self._sandbox.list_dir(path, user=user))
+
+    def _file_user(self) -> str | None:
+        """Who file actions run as: exactly the agent's user, as exec does."""
+        return _user(self._agent_user())
 
     # -- orchestration -------------------------------------------------------------------------
 
@@ -565,7 +632,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             verdict = self._verify_separately(step)
         else:
             self._verifier_dirs_used = True
-            verdict = self._verify(self._sandbox, step, bundled=False, stop_agent=True)
+            verdict = self._verify(self._sandbox, step, bundled=False)
         info = {
             "metrics": verdict.reward.metrics,
             "reward_details": verdict.reward.details,
@@ -627,55 +694,80 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         )
 
     def _conclude(
-        self, reward: float | None, error: str | None, output: str, info: dict
+        self,
+        reward: float | None,
+        error: str | None,
+        output: str,
+        info: dict,
+        action_type: str = "evaluate",
     ) -> HarborObservation:
-        """Record the episode's reward, end the episode and answer the evaluate that ended it."""
+        """Record the episode's reward, end the episode and answer the action that ended it."""
         self._state.evaluated, self._state.reward = True, reward
         self._end_episode()
         return self._observe(
-            "evaluate", reward=reward, done=True, error=error, output=output, info=info
+            action_type, reward=reward, done=True, error=error, output=output, info=info
         )
 
-    def _verify(
-        self, sandbox: Sandbox, step: StepConfig | None, *, bundled: bool, stop_agent: bool = False
-    ) -> _Verdict:
-        """Clear /logs/verifier, stage tests/ (then steps/<name>/tests/) to /tests unless the image
-        brings them, run test.sh as Harbor does and read the reward: three round trips, the first
-        of which stops the agent's processes when ``stop_agent``."""
-        config = self._task.config
+    def _verify(self, sandbox: Sandbox, step: StepConfig | None, *, bundled: bool) -> _Verdict:
+        """Stop every process the agent (or an earlier verifier) started and hand a fresh
+        /logs/verifier to the verifier's user, with the runtime's helper; stage tests/ (then
+        steps/<name>/tests/) to /tests unless the image brings them; run test.sh as Harbor does;
+        read the reward files through the engine, never through the container's programs."""
+        config, settings = self._task.config, self._runtime.settings
         folders = [] if bundled else [self._task.path / "tests"]
         if step is not None and not bundled:
-            folders.append(self._task.path / "steps" / step.name / "tests")
+            folders.append(self._task.step_path(step) / "tests")
         present = [folder for folder in folders if folder.is_dir()]
-        args = (VERIFIER_DIR, "/tests", "stage" if present else "keep")
-        prepared = (
-            sandbox.stop_processes(_PREPARE_VERIFIER, *args)
-            if stop_agent
-            else sandbox.exec_root(_PREPARE_VERIFIER, *args)
-        )
-        if prepared.exit_code != 0:
-            raise SandboxError(f"cannot prepare the verifier: {prepared.output.strip()}")
-        for folder in present:
-            sandbox.put_dir(folder, "/tests", prepared=True, executable="test.sh")
         table = step.verifier if step else config.verifier
         user = table.user if table.user is not None else config.verifier.user
-        run, files = sandbox.exec_then_read(
+        owner = sandbox.default_user if user is None else str(user)
+        sandbox.stop_processes(
+            prepare=(owner, VERIFIER_DIR, _TESTS_DIR, "stage" if present else "keep")
+        )
+        for folder in present:
+            sandbox.put_dir(folder, _TESTS_DIR, prepared=True, executable="test.sh")
+        run = sandbox.exec(
             f"(/tests/test.sh) > {VERIFIER_DIR}/{_TEST_STDOUT} 2>&1",
-            VERIFIER_DIR,
-            {**dict.fromkeys(REWARD_FILES), _TEST_STDOUT: _TAIL},
             timeout_s=table.timeout_sec,
+            max_output=_TAIL,
             user=_user(user),
             env=self._envs.verifier.get(step.name if step else None, {}),
         )
-        stdout = files.pop(_TEST_STDOUT, b"").decode("utf-8", errors="replace")
-        reward = parse_reward({} if run.timed_out else files)
-        return _Verdict(reward, stdout, run.timed_out, table.timeout_sec)
+        stdout = _tail_of(sandbox, f"{VERIFIER_DIR}/{_TEST_STDOUT}")
+        if run.timed_out:
+            return _Verdict(parse_reward({}), stdout, True, table.timeout_sec)
+        files: dict[str, bytes] = {}
+        for name in REWARD_FILES:
+            try:
+                data = sandbox.read_engine_file(
+                    f"{VERIFIER_DIR}/{name}", limit=settings.max_reward_bytes
+                )
+            except TooLargeError as exc:
+                if name != REWARD_DETAILS:
+                    raise TooLargeError(f"{exc} (HARBOR_OPENENV_MAX_REWARD_BYTES)") from None
+                data = json.dumps({"unread": str(exc)}).encode()
+            if data is not None:
+                files[name] = data
+        return _Verdict(parse_reward(files), stdout, False, table.timeout_sec)
 
     def _verify_separately(self, step: StepConfig | None) -> _Verdict:
         """Copy the artifacts out, start the verifier's own environment (Harbor's image choice),
         restore them there and verify; the agent's environment stops first on the last step."""
+        config = self._task.config
+        collected = artifacts.collect(
+            self._sandbox,
+            artifact_entries(config, step),
+            limit=self._runtime.settings.max_artifact_bytes,
+        )
+        try:
+            return self._verify_elsewhere(step, collected)
+        finally:
+            artifacts.close(collected)
+
+    def _verify_elsewhere(
+        self, step: StepConfig | None, collected: list[artifacts.Artifact]
+    ) -> _Verdict:
         task, config = self._task, self._task.config
-        collected = artifacts.collect(self._sandbox, artifact_entries(config, step))
         if step is None or self._step_index + 1 == len(config.steps):
             sandbox, self._sandbox = self._sandbox, None
             sandbox.remove()
@@ -711,11 +803,13 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         """Run the oracle: stage the (step's) solution/ to /solution, run solve.sh, remove it."""
         sandbox, step = self._sandbox, self._step()
         solution = self._task.path / "solution"
-        if step is not None and (self._task.path / "steps" / step.name / "solution").is_dir():
-            solution = self._task.path / "steps" / step.name / "solution"
+        if step is not None and (self._task.step_path(step) / "solution").is_dir():
+            solution = self._task.step_path(step) / "solution"
         if not (solution / "solve.sh").is_file():
             where = solution.relative_to(self._task.path).as_posix()
             return self._fail("solve", f"{self._task.id}/{where}/solve.sh: missing")
+        # No agent process may watch /solution: stop them all first, as evaluate does.
+        sandbox.stop_processes()
         sandbox.put_dir(solution, "/solution", executable="solve.sh")
         timeout = self._agent_timeout() or self._runtime.settings.solve_timeout_s
         run = sandbox.exec(
@@ -725,11 +819,12 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             user=_user(self._agent_user()),
             env={"DEBIAN_FRONTEND": "noninteractive", **self._envs.solution},
         )
-        log = sandbox.get_files("/logs/agent").get("oracle.txt", b"")[-_TAIL:]
-        sandbox.exec_root("rm -rf /solution")
+        removed = sandbox.exec_root("rm -rf /solution")
+        if removed.exit_code != 0:
+            raise SandboxError(f"cannot remove /solution: {removed.output.strip()}")
         return self._observe(
             "solve",
-            output=log.decode("utf-8", errors="replace"),
+            output=_tail_of(sandbox, "/logs/agent/oracle.txt"),
             exit_code=run.exit_code,
             timed_out=run.timed_out,
             error=f"solve.sh timed out after {timeout:g} s" if run.timed_out else None,
@@ -754,6 +849,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         counted, self._counted = self._counted, False
         release = self._runtime.pool.ending() if counted else _nothing
         if sandbox is not None:
+            self._runtime.disk.forget(sandbox)
             self._runtime.discard(sandbox, release)
         else:
             release()
@@ -769,21 +865,6 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._end_episode()
 
 
-def _spec(
-    image: str, table: EnvironmentConfig, env: dict[str, str], network_mode: str, pids_limit: int
-) -> ContainerSpec:
-    """How reset starts a task's container: everything but the task's label."""
-    return ContainerSpec(
-        image,
-        workdir=table.workdir,
-        cpus=table.cpus,
-        memory_mb=table.memory_mb,
-        network="none" if network_mode == "no-network" else None,
-        env=tuple(sorted(env.items())),
-        pids_limit=pids_limit,
-    )
-
-
 _CLOSED = (
     "this session has been closed (idle longer than HARBOR_OPENENV_SESSION_TIMEOUT_S, or the"
     " server is stopping) and its container removed: open a new session"
@@ -792,6 +873,15 @@ _CLOSED = (
 
 def _nothing() -> None:
     pass
+
+
+def _tail_of(sandbox: Sandbox, path: str) -> str:
+    """The last :data:`_TAIL` bytes of a log file, read through the engine ("" when absent)."""
+    try:
+        data = sandbox.read_engine_file(path, limit=_TAIL, tail=True)
+    except SandboxError as exc:
+        return f"({exc})"
+    return (data or b"").decode("utf-8", errors="replace")
 
 
 def _refusal(task: Task) -> str | None:

@@ -49,6 +49,8 @@ class ContainerSpec:
     network: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     pids_limit: int | None = None
+    helper_volume: str = ""
+    storage_mb: int | None = None
 
     def start(
         self,
@@ -70,6 +72,8 @@ class ContainerSpec:
             env=dict(self.env),
             pids_limit=self.pids_limit,
             labels=labels,
+            helper_volume=self.helper_volume,
+            storage_mb=self.storage_mb,
         )
 
 

@@ -2,12 +2,14 @@
 
 ``reward.json`` (a flat object of finite numbers) wins over ``reward.txt`` (one number); an invalid
 ``reward.json`` does not fall back. A missing, empty or unparsable reward is an error, never 0.0.
+Whatever the files hold (any bytes, any nesting, any number), parsing answers; it never raises.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,9 @@ REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
 REWARD_DETAILS = "reward-details.json"
 REWARD_FILES = (REWARD_JSON, REWARD_TXT, REWARD_DETAILS)
+MAX_DETAILS_DEPTH = 64  # deeper reward details are passed on as text: they must serialise again
+_SHORT = reprlib.Repr()  # bounded depth and length, whatever a file nests
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 60, 60, 60
 
 
 @dataclass(frozen=True)
@@ -67,17 +72,21 @@ def _parse_json(raw: bytes) -> tuple[dict[str, float], str | None]:
         return {}, f"{where} is empty"
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return {}, f"{where} is not valid JSON: {exc}"
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        return {}, f"{where} is not valid JSON: {_short(exc)}"
     if not isinstance(data, dict) or not data:
         return {}, f"{where} must be a non-empty flat object of numbers, got {_short(data)}"
     metrics = {}
     for key, value in data.items():
         if isinstance(value, bool):
             value = int(value)
-        if not isinstance(value, int | float) or not math.isfinite(value):
-            return {}, f"{where}: {key!r} must be a finite number, got {_short(value)}"
-        metrics[key] = float(value)
+        try:
+            number = float(value) if isinstance(value, int | float) else math.nan
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            return {}, f"{where}: {_short(key)} must be a finite number, got {_short(value)}"
+        metrics[key] = number
     return metrics, None
 
 
@@ -99,11 +108,28 @@ def _details(raw: bytes | None) -> Any:
     if raw is None:
         return None
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return {"unparsed": raw[:4096].decode("utf-8", errors="replace")}
+        details = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        details = None
+    else:
+        if _depth_at_most(details, MAX_DETAILS_DEPTH):
+            return details
+    return {"unparsed": raw[:4096].decode("utf-8", errors="replace")}
+
+
+def _depth_at_most(value: Any, limit: int) -> bool:
+    """Whether ``value``'s lists and objects nest at most ``limit`` deep (no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = _SHORT.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

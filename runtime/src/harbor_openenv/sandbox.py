@@ -7,7 +7,10 @@ remove its own at shutdown and, at startup, the ones a dead server left behind.
 from __future__ import annotations
 
 import base64
+import functools
 import io
+import json
+import logging
 import os
 import posixpath
 import re
@@ -18,11 +21,15 @@ import tarfile
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+from typing import IO
 
 import docker
 import docker.errors
 
+from . import helper
+
+log = logging.getLogger("harbor_openenv")
 LABEL = "harbor-openenv"
 LABEL_OWNER = "harbor-openenv.owner"
 LABEL_TASK = "harbor-openenv.task"
@@ -36,6 +43,26 @@ class SandboxError(Exception):
 
 class PathEscapeError(SandboxError):
     """An agent path points outside the working directory."""
+
+
+class TooLargeError(SandboxError):
+    """A file or folder read from a container is over its limit."""
+
+
+# Prepare arguments for the helper: the verifier's user, its output folder, the tests folder and
+# "stage" (empty it for tests to be uploaded) or "keep" (the image brings them).
+VerifierDirs = tuple[str, str, str, str]
+TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
+_HELPER_TRIES = 20
+_QUOTA_REFUSED = False  # the engine said --storage-opt size does not work here
+
+
+def _refuse_quota(reason: str) -> None:
+    """Remember, for this process, that the engine cannot cap a writable layer."""
+    global _QUOTA_REFUSED
+    if not _QUOTA_REFUSED:
+        log.info("no per-container disk quota on this engine (%s): the disk guard holds", reason)
+    _QUOTA_REFUSED = True
 
 
 @dataclass(frozen=True)
@@ -153,71 +180,6 @@ def remove_containers(client: docker.DockerClient, *, owner: str | None = None) 
     return removed
 
 
-# A function that stops every process but PID 1 and those in $1 (running before the agent acted),
-# then reports leftovers. Builtins only inside the loop, so it never kills a child of its own.
-# Processes are named "pid:start time", so an agent cannot cycle PIDs until one of its own
-# takes a kept process's number. A script appended (see stop_processes) gets the other arguments.
-_STOP_PROCESSES = r"""
-stop_all() {
-  keep=" $1 "; self=$$; pass=0
-  while [ $pass -lt 50 ]; do
-    found=0
-    for d in /proc/[0-9]*; do
-      p=${d#/proc/}
-      case "$p" in "$self"|1) continue ;; esac
-      read -r line < "$d/stat" 2>/dev/null || continue
-      rest=${line##*) }; state=${rest%% *}
-      [ "$state" = Z ] && continue
-      set -- $rest; shift 19
-      case "$keep" in *" $p:$1 "*) continue ;; esac
-      kill -KILL "$p" 2>/dev/null && found=1
-    done
-    [ $found = 0 ] && return 0
-    pass=$((pass + 1))
-  done
-  echo "processes still running after $pass passes" >&2; return 1
-}
-stop_all "$1" || exit 97
-shift
-"""
-_STOP_FAILED = 97
-
-# Prints "pid:start time" of every process but itself (the baseline stop_processes keeps).
-_LIST_PROCESSES = r"""
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}; [ "$p" = $$ ] && continue
-  read -r line < "$d/stat" 2>/dev/null || continue
-  set -- ${line##*) }; shift 19; printf '%s:%s ' "$p" "$1"
-done
-"""
-
-# Appended to a bash command: prints files of folder $1 after the command ran, in one round trip.
-# Output: a line "$2", then "name base64" per present regular file ("name" whole when at most $3
-# bytes, "name:N" its last N bytes), then "$2." -- the end line only when every read worked, so a
-# missing base64, an unreadable or too-big file leaves it out and the caller reads an archive.
-_EMIT_FILES = r"""
-status=$?
-set -o pipefail
-cd -- "$1" 2>/dev/null && command -v base64 >/dev/null 2>&1 || exit $status
-mark=$2; limit=$3; shift 3
-printf '\n%s\n' "$mark"
-for spec; do
-  name=${spec%%:*}
-  { [ -L "$name" ] || [ ! -e "$name" ]; } && continue
-  [ -f "$name" ] && [ -r "$name" ] || exit $status
-  printf '%s ' "$name"
-  if [ "$name" = "$spec" ]; then
-    [ "$(wc -c < "$name")" -le "$limit" ] || exit $status
-    base64 < "$name" | tr -d '\n' || exit $status
-  else
-    tail -c "${spec#*:}" -- "$name" | base64 | tr -d '\n' || exit $status
-  fi
-  printf '\n'
-done
-printf '%s.\n' "$mark"
-exit $status
-"""
-
 # Kills the processes that carry one exec's marker in their environment (a timed-out exec).
 _KILL_MARKED = r"""
 for d in /proc/[0-9]*; do
@@ -251,11 +213,11 @@ printf '%s%s\n' "${real%/}" "$rest"
 # one component at a time with `cd -P` (created first for a write) and its physical path checked
 # after every step; the action then works relative to the shell's working directory, a handle no
 # later rename can redirect. A read checks the file it actually opened (/proc/$$/fd/3) and prints
-# it in base64; a write renames the staged file $5 onto the name (rename never follows a symlink).
+# it in base64; a write copies standard input into the file in place, so an existing file keeps its
+# mode, owner and group, and a new one gets the exec's umask (022). It runs as the agent's user.
 # Exit 3: outside the workdir; 4: missing; 5: a directory; 6: not a regular file.
 _FILE_ACTION = r"""
 root=${1%/}/; rel=${2#"$1"}; op=$3; name=$4
-[ "$op" = write ] && trap 'rm -f -- "$5"' EXIT
 inside() { case "${1%/}/" in "$root"*) ;; *) exit 3 ;; esac; }
 cd -P -- "$1" 2>/dev/null || exit 4
 inside "$PWD"
@@ -282,8 +244,10 @@ read)
   [ -f /proc/$$/fd/3 ] || exit 6
   head -c "$5" <&3 | base64 ;;
 write)
-  [ -d "$name" ] && [ ! -L "$name" ] && exit 5
-  mv -f -T -- "$5" "$name" ;;
+  [ -L "$name" ] && exit 6
+  [ -d "$name" ] && exit 5
+  [ ! -e "$name" ] || [ -f "$name" ] || exit 6
+  exec cat > "$name" ;;
 esac
 """
 
@@ -296,7 +260,9 @@ class Sandbox:
         self.container = container
         self.workdir = "/"
         self._real_workdir = "/"  # resolved once at start, before the agent can move things
-        self._baseline = ""  # processes that ran before the agent did
+        self._baseline = ""  # processes that ran before the agent did (see mark_baseline)
+        self.default_user = ""  # the container's own user (its image's USER), "" for root
+        self.exceeded: str | None = None  # why the disk guard ended the episode, if it did
 
     @classmethod
     def start(
@@ -313,13 +279,19 @@ class Sandbox:
         env: dict[str, str] | None = None,
         pids_limit: int | None = None,
         labels: dict[str, str] | None = None,
+        helper_volume: str,
+        storage_mb: int | None = None,
     ) -> Sandbox:
-        """Start a container kept alive by ``sleep infinity``, as Harbor's compose file does.
+        """Start a container kept alive by ``sleep infinity``, as Harbor's compose file does, with
+        the runtime's helper mounted read-only from ``helper_volume``.
 
         ``labels`` join the runtime's; ``task_id`` None leaves out the task's (a warm-pool
-        container serves whichever task asks first).
+        container serves whichever task asks first). ``storage_mb`` caps the writable layer
+        where the engine's storage driver can (overlay2 on xfs with project quotas).
         """
-        options = {}
+        options: dict = {"mounts": [helper.mount(helper_volume)]}
+        if storage_mb:
+            options["storage_opt"] = {"size": f"{storage_mb}M"}
         if cpus:
             options["nano_cpus"] = int(cpus * 1e9)
         if memory_mb:
@@ -328,21 +300,31 @@ class Sandbox:
             options["network_mode"] = network
         if pids_limit:
             options["pids_limit"] = pids_limit
+        if "storage_opt" in options and _QUOTA_REFUSED:
+            del options["storage_opt"]
+        run = functools.partial(
+            client.containers.run,
+            image,
+            ["sh", "-c", "sleep infinity"],
+            detach=True,
+            labels={
+                LABEL: "1",
+                LABEL_OWNER: owner,
+                **({LABEL_TASK: task_id[:200]} if task_id is not None else {}),
+                **(labels or {}),
+            },
+            environment=env or {},
+            working_dir=workdir or None,
+        )
         try:
-            container = client.containers.run(
-                image,
-                ["sh", "-c", "sleep infinity"],
-                detach=True,
-                labels={
-                    LABEL: "1",
-                    LABEL_OWNER: owner,
-                    **({LABEL_TASK: task_id[:200]} if task_id is not None else {}),
-                    **(labels or {}),
-                },
-                environment=env or {},
-                working_dir=workdir or None,
-                **options,
-            )
+            try:
+                container = run(**options)
+            except docker.errors.APIError as exc:
+                if "storage_opt" not in options or "storage-opt" not in str(exc.explanation):
+                    raise
+                _refuse_quota(str(exc.explanation))
+                del options["storage_opt"]
+                container = run(**options)
         except docker.errors.APIError as exc:
             raise SandboxError(
                 f"starting a container from {image} failed: {exc.explanation}"
@@ -361,10 +343,12 @@ class Sandbox:
                     f"the container of {container.image.tags or container.image.id} exited at"
                     f" once ({container.status}):\n{logs}"
                 )
+            sandbox.default_user = container.attrs["Config"].get("User") or ""
+            # /logs/verifier is the verifier's alone: the helper hands it over at each run.
             setup = sandbox.exec_root(
                 "mkdir -p /logs/agent /logs/verifier /logs/artifacts"
-                " && chmod 777 /logs/agent /logs/verifier /logs/artifacts"
-                " && pwd && readlink -f . && " + _LIST_PROCESSES,
+                " && chmod 777 /logs/agent /logs/artifacts && chmod 755 /logs/verifier"
+                f" && pwd && readlink -f . && {helper.HELPER} list",
                 workdir=workdir or "",  # "" lets the image's WORKDIR apply
             )
             if setup.exit_code != 0:
@@ -372,11 +356,22 @@ class Sandbox:
             lines = [*setup.output.splitlines(), "", ""]
             sandbox.workdir = posixpath.normpath(workdir or lines[0])
             sandbox._real_workdir = lines[1]
-            sandbox._baseline = lines[2]
+            sandbox._baseline = lines[2].strip()
         except BaseException:
             sandbox.remove()
             raise
         return sandbox
+
+    def disk_usage(self) -> int:
+        """Bytes in the container's writable layer (apparent sizes), as the engine counts them."""
+        api = self._client.api
+        try:
+            response = api._get(
+                api._url("/containers/{0}/json", self.container.id), params={"size": 1}
+            )
+            return int(api._result(response, True).get("SizeRw") or 0)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot measure the container's disk: {exc}") from None
 
     def remove(self) -> None:
         """Remove the container (idempotent)."""
@@ -429,11 +424,19 @@ class Sandbox:
             mark=None,
         )
 
-    def _run(self, cmd, *, timeout_s, max_output, user, environment, workdir, mark) -> ExecResult:
+    def _run(
+        self, cmd, *, timeout_s, max_output, user, environment, workdir, mark, stdin=None
+    ) -> ExecResult:
+        """Run ``cmd`` through the engine's exec API; ``stdin`` (bytes) is its standard input."""
         api = self._client.api
         try:
             exec_id = api.exec_create(
-                self.container.id, cmd, user=user, environment=environment, workdir=workdir
+                self.container.id,
+                cmd,
+                user=user,
+                environment=environment,
+                workdir=workdir,
+                stdin=stdin is not None,
             )["Id"]
             sock = api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as exc:
@@ -441,8 +444,12 @@ class Sandbox:
         raw = getattr(sock, "_sock", sock)
         deadline = time.monotonic() + timeout_s
         chunks, size, truncated, timed_out = [], 0, False, False
+        early = _read_ahead(sock, raw)
         try:
-            for data in _frames(raw, deadline, _read_ahead(sock, raw)):
+            if stdin is not None:
+                raw.sendall(stdin)
+                raw.shutdown(socket.SHUT_WR)
+            for data in _frames(raw, deadline, early):
                 room = max_output - size
                 if room > 0:
                     chunks.append(data[:room])
@@ -466,27 +473,75 @@ class Sandbox:
             time.sleep(0.01)
         return None
 
-    def stop_processes(self, then: str = "", *args: str) -> ExecResult:
-        """Kill every process started since the container came up (agent processes included),
-        then run the root sh script ``then`` with ``args`` in the same round trip; its result."""
-        result = self.exec_root(_STOP_PROCESSES + then, self._baseline, *args)
-        if result.exit_code == _STOP_FAILED or (not then and result.exit_code != 0):
-            raise SandboxError(f"could not stop the agent's processes: {result.output.strip()}")
-        return result
+    def stop_processes(self, prepare: VerifierDirs | None = None) -> None:
+        """Kill every process but the baseline's, whatever its name, user or state, with the
+        runtime's static helper (never the container's programs); then, with ``prepare``, empty
+        the verifier's output folder for its user alone and the tests folder, in the same exec.
+
+        The helper needs one free process slot: a container held at its pids limit is retried
+        briefly, then reported as the agent's resource use.
+        """
+        command = [helper.HELPER, "stop", self._baseline]
+        if prepare is not None:
+            command += ["prepare", *prepare]
+        for attempt in range(_HELPER_TRIES):
+            result = self._run(
+                command,
+                timeout_s=60,
+                max_output=1 << 16,
+                user="root",
+                environment=[],
+                workdir="/",
+                mark=None,
+            )
+            if result.exit_code == 0:
+                return
+            if not _no_process_slot(result):
+                break
+            time.sleep(0.05 * (attempt + 1))
+        else:
+            raise SandboxError(
+                "could not stop the agent's processes: the container stayed at its process limit"
+                " (pids_limit), so no process could start in it; the agent's processes used"
+                " every slot"
+            )
+        problem = {97: "could not stop the agent's processes", 98: "cannot prepare the verifier"}
+        raise SandboxError(
+            f"{problem.get(result.exit_code or 0, 'the runtime helper failed')}:"
+            f" {result.output.strip()[-1000:]}"
+        )
 
     def mark_baseline(self) -> None:
-        """Count every process running now as the environment's (stop_processes keeps them)."""
-        result = self.exec_root(_LIST_PROCESSES)
+        """Count every process running now as the environment's: :meth:`stop_processes` keeps
+        them. Called once an episode's environment is ready, before the agent's first action."""
+        result = self._run(
+            [helper.HELPER, "list"],
+            timeout_s=60,
+            max_output=1 << 20,
+            user="root",
+            environment=[],
+            workdir="/",
+            mark=None,
+        )
         if result.exit_code != 0:
             raise SandboxError(f"cannot list processes: {result.output.strip()}")
         self._baseline = result.output.strip()
 
     # -- files ---------------------------------------------------------------------------------
 
-    def confine(self, path: str) -> str:
-        """Resolve an agent path inside the container, symlinks included, refusing escapes."""
+    def confine(self, path: str, *, user: str | None = None) -> str:
+        """Resolve an agent path inside the container as ``user`` (None: the container's own),
+        symlinks included, refusing escapes."""
         lexical = resolve_within(self.workdir, path)
-        result = self.exec_root(_REALPATH, lexical)
+        result = self._run(
+            ["sh", "-c", _REALPATH, "sh", lexical],
+            timeout_s=60,
+            max_output=1 << 16,
+            user=user or "",
+            environment=[],
+            workdir="/",
+            mark=None,
+        )
         if result.exit_code != 0:
             raise SandboxError(f"cannot resolve {path!r}: {result.output.strip()}")
         real = posixpath.normpath(result.output.strip())
@@ -494,41 +549,49 @@ class Sandbox:
             raise PathEscapeError(f"{path!r} resolves to {real}, outside the working directory")
         return real
 
-    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes, bool]:
+    def read_file(
+        self, path: str, *, max_bytes: int, user: str | None = None
+    ) -> tuple[bytes, bool]:
         """The bytes of the regular file at ``path`` (at most ``max_bytes``), and whether cut."""
         limit = max_bytes + 1
-        result = self._file_action("read", path, str(limit), max_output=limit * 3 // 2 + 1024)
+        result = self._file_action(
+            "read", path, str(limit), user=user, max_output=limit * 3 // 2 + 1024
+        )
         if result.truncated:
             raise SandboxError(f"{path}: reading it failed (its encoded copy was cut)")
         data = base64.b64decode(result.output)
         return data[:max_bytes], len(data) > max_bytes
 
-    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Write ``data`` to ``path``, creating parent folders inside the working directory."""
-        staged = f".harbor-openenv-{uuid.uuid4().hex}"  # in /, where only root can write
-        info = tarfile.TarInfo(staged)
-        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as archive:
-            archive.addfile(info, io.BytesIO(data))
-        self._put("/", buffer.getvalue())
-        self._file_action("write", path, f"/{staged}")
+    def write_file(self, path: str, data: bytes, *, user: str | None = None) -> None:
+        """Write ``data`` to ``path`` as ``user``, creating parent folders inside the working
+        directory; an existing file keeps its mode, owner and group."""
+        self._file_action("write", path, user=user, stdin=data)
 
-    def list_dir(self, path: str) -> str:
-        return self._file_action("list", path).output
+    def list_dir(self, path: str, *, user: str | None = None) -> str:
+        return self._file_action("list", path, user=user).output
 
-    def _file_action(self, op: str, path: str, *args: str, max_output: int = 1 << 20):
-        """Run ``_FILE_ACTION`` on a path :meth:`confine` returned; errors name ``path``."""
+    def _file_action(
+        self,
+        op: str,
+        path: str,
+        *args: str,
+        user: str | None,
+        max_output: int = 1 << 20,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run ``_FILE_ACTION`` as ``user`` on a path :meth:`confine` returned; errors name
+        ``path``."""
         root = self._real_workdir
         folder, name = (path, ".") if path == root else posixpath.split(path)
         result = self._run(
             ["sh", "-c", _FILE_ACTION, "sh", root, folder, op, name, *args],
             timeout_s=60,
             max_output=max_output,
-            user="root",
+            user=user or "",
             environment=[],
             workdir="/",
             mark=None,
+            stdin=stdin,
         )
         if result.exit_code == 0:
             return result
@@ -570,76 +633,73 @@ class Sandbox:
             archive.add(source, arcname=".", filter=owned)
         self._put(destination, buffer.getvalue())
 
-    def exec_then_read(
-        self,
-        command: str,
-        folder: str,
-        files: dict[str, int | None],
-        *,
-        timeout_s: float,
-        user: str | None = None,
-        env: dict[str, str] | None = None,
-        limit: int = 1 << 20,
-    ) -> tuple[ExecResult, dict[str, bytes]]:
-        """Run ``command`` as :meth:`exec` does (in a subshell), then read the regular files
-        ``files`` names in ``folder`` (whole, or their last N bytes when N is given) in the same
-        round trip.
+    # -- reads through the engine (never through the container's programs) ---------------------
 
-        When that read cannot be trusted (the command timed out, the image has no base64, a file
-        is unreadable or over ``limit`` bytes) the files come from :meth:`get_files` instead.
+    def read_engine_file(self, path: str, *, limit: int, tail: bool = False) -> bytes | None:
+        """The regular file at ``path`` as the engine's archive API reads it, None when absent.
+
+        Its size (the apparent one: a sparse file counts whole) is checked before a byte is read:
+        over ``limit`` raises :class:`TooLargeError`, or with ``tail`` gives its last ``limit``
+        bytes when it is at most :data:`TAIL_SCAN_BYTES`, else raises too.
         """
-        mark = uuid.uuid4().hex
-        specs = [name if tail is None else f"{name}:{tail}" for name, tail in files.items()]
-        room = sum(limit if tail is None else tail for tail in files.values()) * 4 // 3 + 4096
-        result = self.exec(
-            f"(\n{command}\n)\n{_EMIT_FILES}",
-            timeout_s=timeout_s,
-            max_output=room,
-            user=user,
-            env=env,
-            args=(folder, mark, str(limit), *specs),
-        )
-        found = _emitted(result, mark)
-        if found is not None:
-            return result, found
-        read = self.get_files(folder)
-        return result, {
-            name: read[name] if tail is None else read[name][-tail:]
-            for name, tail in files.items()
-            if name in read
-        }
-
-    def get_files(self, folder: str) -> dict[str, bytes]:
-        """The regular files directly inside ``folder`` (empty when it does not exist)."""
+        api = self._client.api
+        url = api._url("/containers/{0}/archive", self.container.id)
+        response = api._get(url, params={"path": path}, stream=True)
         try:
-            stream, _ = self.container.get_archive(folder.rstrip("/"))
-        except docker.errors.NotFound:
-            return {}
-        files = {}
-        with tarfile.open(fileobj=_StreamReader(stream), mode="r|") as archive:
-            for member in archive:
-                parts = PurePosixPath(member.name).parts
-                if member.isfile() and len(parts) == 2:
-                    handle = archive.extractfile(member)
-                    files[parts[1]] = handle.read() if handle else b""
-        return files
+            if response.status_code == 404:
+                return None
+            api._raise_for_status(response)
+            size = _archive_stat(response).get("size", 0)
+            if size > (TAIL_SCAN_BYTES if tail else limit):
+                raise TooLargeError(f"{path} is {size} bytes, over the limit of {limit}")
+            chunks = response.iter_content(1 << 16, decode_unicode=False)
+            with tarfile.open(fileobj=_StreamReader(chunks), mode="r|") as archive:
+                member = archive.next()
+                if member is None or not member.isfile():
+                    raise SandboxError(f"{path} is not a regular file")
+                handle = archive.extractfile(member)
+                assert handle is not None
+                kept = b""
+                while block := handle.read(1 << 16):
+                    kept = (kept + block)[-limit:]
+                return kept
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"reading {path} failed: {exc.explanation or exc}") from None
+        finally:
+            response.close()
 
-    def export_path(self, path: str) -> bytes | None:
-        """A tar archive of ``path`` (file or folder, named by its basename), None if absent."""
+    def export_path(self, path: str, target: IO[bytes], *, budget: int) -> bool:
+        """Stream a tar of ``path`` (file or folder, named by its basename) into ``target``,
+        regular files and folders only, owned by root; False when ``path`` is absent. Raises
+        :class:`TooLargeError` once its files' apparent sizes pass ``budget`` bytes."""
         try:
             stream, _ = self.container.get_archive(path)
         except docker.errors.NotFound:
-            return None
-        return b"".join(stream)
+            return False
+        with (
+            tarfile.open(fileobj=_StreamReader(stream), mode="r|") as source,
+            tarfile.open(fileobj=target, mode="w|") as copy,
+        ):
+            for member in source:
+                if not (member.isfile() or member.isdir()):
+                    continue
+                budget -= member.size
+                if budget < 0:
+                    raise TooLargeError(f"{path} holds more than the limit's bytes")
+                _root_owned(member)
+                member.mode &= 0o777
+                copy.addfile(member, source.extractfile(member) if member.isfile() else None)
+        return True
 
-    def import_archive(self, parent: str, archive: bytes) -> None:
-        """Unpack a tar archive into the folder ``parent``, creating it."""
+    def import_archive(self, parent: str, archive: IO[bytes]) -> None:
+        """Unpack a tar archive (a file object, streamed) into the folder ``parent``, creating
+        it."""
         made = self.exec_root('mkdir -p -- "$1"', parent)
         if made.exit_code != 0:
             raise SandboxError(f"cannot create {parent}: {made.output.strip()}")
         self._put(parent, archive)
 
-    def _put(self, destination: str, archive: bytes) -> None:
+    def _put(self, destination: str, archive: bytes | IO[bytes]) -> None:
         try:
             self.container.put_archive(destination, archive)
         except docker.errors.APIError as exc:
@@ -648,22 +708,23 @@ class Sandbox:
             ) from None
 
 
-def _emitted(result: ExecResult, mark: str) -> dict[str, bytes] | None:
-    """The files ``_EMIT_FILES`` printed after ``mark``, or None when its output is incomplete."""
-    if result.timed_out or result.truncated:
-        return None
-    start = result.output.rfind(f"\n{mark}\n")
-    if start < 0 or not result.output.endswith(f"\n{mark}.\n"):
-        return None
-    lines = result.output[start + len(mark) + 2 : -len(mark) - 2].splitlines()
-    found = {}
-    for line in lines:
-        name, _, data = line.partition(" ")
-        try:
-            found[name] = base64.b64decode(data, validate=True)
-        except ValueError:
-            return None
-    return found
+def _archive_stat(response) -> dict:
+    """The ``X-Docker-Container-Path-Stat`` header of an archive response (size, mode, name)."""
+    header = response.headers.get("X-Docker-Container-Path-Stat")
+    if not header:
+        return {}
+    try:
+        return json.loads(base64.b64decode(header))
+    except ValueError:
+        return {}
+
+
+def _no_process_slot(result: ExecResult) -> bool:
+    """Whether an exec failed to start because the container has no free process slot."""
+    return result.exit_code in (126, 127, None) and (
+        "resource temporarily unavailable" in result.output.lower()
+        or "cannot allocate memory" in result.output.lower()
+    )
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:

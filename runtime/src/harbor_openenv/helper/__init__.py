@@ -1,0 +1,96 @@
+"""The runtime's static helper, mounted read-only into every task container.
+
+``helper.c`` (built static for each architecture by the package's build hook) stops the agent's
+processes and prepares the verifier's folders: the work whose honesty decides a reward, so it
+must not run on anything an agent with root could have changed (a replaced ``sh`` or ``kill``, an
+``/etc/ld.so.preload`` hook). A static binary reads no preload file and no shared library, and a
+read-only volume mount cannot be written, remounted or unmounted without ``CAP_SYS_ADMIN``, which
+Docker does not grant. Each server keeps its own volume, labelled with its owner, so shutdown and
+the sweep of dead servers' leftovers remove it like their containers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import threading
+import uuid
+from importlib import resources
+
+import docker
+import docker.errors
+from docker.types import Mount
+
+MOUNT_DIR = "/.harbor-openenv"
+HELPER = f"{MOUNT_DIR}/helper"
+_ARCHITECTURES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+class HelperError(Exception):
+    """The helper is missing for the engine's architecture, or its volume cannot be made."""
+
+
+def binary(architecture: str) -> bytes:
+    """The helper built for an engine architecture as ``docker info`` names it."""
+    arch = _ARCHITECTURES.get(architecture)
+    if arch is None:
+        raise HelperError(f"no helper is built for the engine's architecture {architecture!r}")
+    path = resources.files(__package__) / f"harbor-openenv-helper-{arch}"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise HelperError(
+            f"the runtime's helper for {arch} is missing ({path}): install harbor-openenv from a"
+            " wheel, or reinstall it from source so its build hook compiles helper.c"
+        ) from None
+
+
+def mount(volume: str) -> Mount:
+    """The read-only mount of a helper volume at :data:`MOUNT_DIR`."""
+    return Mount(MOUNT_DIR, volume, type="volume", read_only=True)
+
+
+class HelperVolume:
+    """A Docker volume holding the helper, made once per server on first use."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self._labels = labels
+        self._lock = threading.Lock()
+        self._name: str | None = None
+
+    def ensure(self, client: docker.DockerClient, image: str) -> str:
+        """The volume's name, creating and filling it on first use (through a container of
+        ``image`` that is created, never started)."""
+        with self._lock:
+            if self._name is None:
+                self._name = self._create(client, image)
+            return self._name
+
+    def _create(self, client: docker.DockerClient, image: str) -> str:
+        data = binary(client.info().get("Architecture", ""))
+        digest = hashlib.sha256(data).hexdigest()[:12]
+        name = f"harbor-openenv-helper-{digest}-{uuid.uuid4().hex[:8]}"
+        info = tarfile.TarInfo("helper")
+        info.size, info.mode = len(data), 0o555
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            tar.addfile(info, io.BytesIO(data))
+        try:
+            client.volumes.create(name, labels=self._labels)
+            holder = client.containers.create(
+                image,
+                ["true"],
+                entrypoint=[],
+                network_mode="none",
+                labels=self._labels,
+                mounts=[Mount("/helper", name, type="volume")],
+            )
+            try:
+                holder.put_archive("/helper", archive.getvalue())
+            finally:
+                holder.remove(force=True)
+        except docker.errors.APIError as exc:
+            problem = exc.explanation or exc
+            raise HelperError(f"cannot make the helper's volume: {problem}") from None
+        return name
