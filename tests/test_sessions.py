@@ -33,8 +33,10 @@ def _send(ws, kind: str, data: dict) -> dict:
 
 def _stop_with_output(srv: Server) -> str:
     srv.process.send_signal(signal.SIGTERM)
-    output, _ = srv.process.communicate(timeout=60)
-    return output.decode(errors="replace")
+    srv.process.wait(timeout=60)
+    output = srv.output
+    srv.stop()
+    return output
 
 
 # -- item 14: the token never leaves the server --------------------------------------------------
