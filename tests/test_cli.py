@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -358,28 +359,87 @@ def test_check_removes_its_containers_on_ctrl_c(docker_client, check_dataset):
 # -- serve ---------------------------------------------------------------------------------------
 
 
-def test_serve_answers_health_and_stops():
+def _serve(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+    """``harbor-openenv serve`` on the fixture tasks, healthy; returns the process and port."""
     port = free_port()
+    environ = {k: v for k, v in os.environ.items() if k != "HARBOR_OPENENV_ORCHESTRATION_TOKEN"}
     process = subprocess.Popen(
-        [*CLI, "serve", str(FIXTURE_TASKS), "--port", str(port), "--token", "t"],
+        [*CLI, "serve", str(FIXTURE_TASKS), "--port", str(port), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**environ, **(env or {})},
     )
+
+    def healthy() -> bool:
+        assert process.poll() is None, process.stdout.read()
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-
-        def healthy() -> bool:
-            assert process.poll() is None, process.stdout.read()
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
         assert wait_until(healthy, 60)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=30)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return process, port
+
+
+def _stop(process: subprocess.Popen) -> str:
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
     # uvicorn shuts down gracefully, then re-raises the signal it caught.
     assert process.returncode in (0, -signal.SIGTERM), output
+    return output
+
+
+def test_serve_answers_health_and_stops():
+    process, port = _serve(env={"HARBOR_OPENENV_ORCHESTRATION_TOKEN": "t"})
+    output = _stop(process)
     assert "Application shutdown complete" in output
     assert f"serving {FIXTURE_TASKS} on http://127.0.0.1:{port}" in output
+
+
+def test_serve_refuses_a_token_on_the_command_line_and_says_why():
+    for args in (["--token", "s3cret"], ["--token=s3cret"]):
+        result = run_cli("serve", FIXTURE_TASKS, *args)
+        assert_one_line_error(result, "refuses --token", "ps", "--token-file")
+    shown = run_cli("serve", "--help").stdout
+    assert "--token-file" in shown and "refused" in shown
+    assert "HARBOR_OPENENV_ORCHESTRATION_TOKEN" in shown
+
+
+def test_serve_reads_the_token_from_a_file_and_keeps_it_out_of_ps(docker_client, tmp_path):
+    from harbor_openenv.client import HarborEnvClient
+
+    token = "file-token-" + os.urandom(8).hex()
+    (tmp_path / "token").write_text(f"{token}\n")
+    (tmp_path / "token").chmod(0o600)
+    process, port = _serve("--token-file", str(tmp_path / "token"))
+    try:
+        listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert token not in listing
+        assert token not in Path(f"/proc/{process.pid}/cmdline").read_text()
+        url = f"http://127.0.0.1:{port}"
+        with HarborEnvClient(url, orchestration_token=token) as env:
+            env.reset(task_id="edit-file")
+            env.write("answer.txt", "42")
+            assert env.evaluate().reward == 1.0  # the file's token is the server's
+        with HarborEnvClient(url, orchestration_token="wrong") as env:
+            env.reset(task_id="edit-file")
+            assert "orchestration token" in env.evaluate().observation.error
+    finally:
+        output = _stop(process)
+    assert token not in output
+
+
+def test_serve_names_an_unreadable_or_empty_token_file(tmp_path):
+    (tmp_path / "empty").write_text("\n")
+    assert_one_line_error(
+        run_cli("serve", FIXTURE_TASKS, "--token-file", tmp_path / "empty"), "empty"
+    )
+    assert_one_line_error(
+        run_cli("serve", FIXTURE_TASKS, "--token-file", tmp_path / "missing"), "cannot read"
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, Server, wait_until
@@ -160,21 +161,72 @@ def test_compose_task_with_sidecar_nop_and_oracle_leaves_nothing(fmt, docker_cli
     )
 
 
+def _scratch(tmp: Path) -> set[str]:
+    return {folder.name for folder in tmp.glob("harbor-openenv-compose-*")}
+
+
 def test_compose_leftovers_of_a_dead_server_are_swept(docker_client, tmp_path):
-    dead = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello")
-    with dead.client() as env:
-        assert env.reset(task_id="compose").observation.error is None
-        prefix = dead.owner_prefix
-        assert _leftovers(docker_client, prefix)
-        dead.stop(sig=9)  # no shutdown hook runs
-    assert _leftovers(docker_client, prefix)
-    fresh = Server(FORMAT_TASKS)  # its startup sweep removes the dead server's project
+    """kill -9 leaves a project's containers, network, volume and its folder of compose files;
+    the next server's startup removes them all, and keeps a live server's."""
+    tmp = tmp_path / "tmp"  # the servers' temporary folder, shared by them and by no one else
+    tmp.mkdir()
+    live = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello", TMPDIR=str(tmp))
+    dead = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello", TMPDIR=str(tmp))
     try:
-        assert wait_until(lambda: not _leftovers(docker_client, prefix), timeout=30), _leftovers(
-            docker_client, prefix
-        )
+        with live.client() as kept:
+            assert kept.reset(task_id="compose").observation.error is None
+            live_folders = _scratch(tmp)
+            assert len(live_folders) == 1
+            with dead.client() as env:
+                assert env.reset(task_id="compose").observation.error is None
+                prefix = dead.owner_prefix
+                assert _leftovers(docker_client, prefix)
+                dead.stop(sig=9)  # no shutdown hook runs
+            assert _leftovers(docker_client, prefix)
+            dead_folders = _scratch(tmp) - live_folders
+            assert len(dead_folders) == 1
+            fresh = Server(FORMAT_TASKS, TMPDIR=str(tmp))  # its startup sweeps the dead server's
+            try:
+                assert wait_until(lambda: not _leftovers(docker_client, prefix), timeout=30), (
+                    _leftovers(docker_client, prefix)
+                )
+                assert _scratch(tmp) == live_folders  # the dead one's folder gone, the live kept
+                assert _leftovers(docker_client, live.owner_prefix)
+                assert kept.exec("pwd").observation.output.strip() == "/app"
+            finally:
+                fresh.stop()
+        assert wait_until(lambda: not _scratch(tmp)), _scratch(tmp)  # a live one removes its own
     finally:
-        fresh.stop()
+        dead.stop(sig=9)
+        live.stop()
+
+
+def test_scratch_sweep_judges_only_folders_that_name_a_dead_owner(
+    docker_client, tmp_path, monkeypatch
+):
+    import tempfile
+
+    from harbor_openenv.compose import SCRATCH_PREFIX, remove_dead_scratch
+    from harbor_openenv.sandbox import server_identity, server_scope
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead_owner = f"{server_scope()}:999999999:1"  # no such process
+    layout = {
+        "live": server_identity(),  # this process
+        "dead": dead_owner,
+        "no-owner": None,  # being made, or an older runtime's: never judged
+    }
+    for name, owner in layout.items():
+        (tmp_path / f"{SCRATCH_PREFIX}{name}").mkdir()
+        if owner:
+            (tmp_path / f"{SCRATCH_PREFIX}{name}" / "owner").write_text(owner)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "owner").write_text(dead_owner)
+    (tmp_path / f"{SCRATCH_PREFIX}link").symlink_to(elsewhere)
+    assert remove_dead_scratch(docker_client) == 1
+    assert _scratch(tmp_path) == {f"{SCRATCH_PREFIX}{n}" for n in ("live", "no-owner", "link")}
+    assert (elsewhere / "owner").exists()
 
 
 def _compose_task_with_built_sidecar(root, dockerfile: str) -> None:

@@ -3,8 +3,10 @@
 Environment variables (all optional):
 
 - ``HARBOR_OPENENV_TASKS``: the tasks folder (default: ``tasks/`` beside the calling app)
-- ``HARBOR_OPENENV_MAX_SESSIONS``: concurrent WebSocket sessions (default 8)
-- ``HARBOR_OPENENV_SESSION_TIMEOUT_S``: idle seconds before a session is reaped (default 1800)
+- ``HARBOR_OPENENV_MAX_SESSIONS``: concurrent WebSocket sessions, and running episodes whichever
+  route started them (default 8)
+- ``HARBOR_OPENENV_SESSION_TIMEOUT_S``: seconds a session may wait for its next message before
+  its socket is closed and its container removed (default 1800)
 - ``HARBOR_OPENENV_EXEC_TIMEOUT_S``: default and cap of one exec (default 300)
 - ``HARBOR_OPENENV_MAX_OUTPUT_BYTES``: exec output kept per call (default 1 MiB)
 - ``HARBOR_OPENENV_MAX_WRITE_BYTES``: largest file content one write accepts (default 8 MiB)
@@ -26,6 +28,8 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -38,8 +42,9 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from ._openenv import ConcurrencyConfig, create_app
+from .compose import remove_dead_scratch
 from .environment import HarborEnvironment, Runtime, Settings
-from .models import HarborAction, HarborObservation, HarborState
+from .models import HarborObservation, HarborState, ServedAction
 
 log = logging.getLogger("harbor_openenv")
 
@@ -112,6 +117,62 @@ class _ObjectMessagesOnly:
         await self.app(scope, checked_receive, send)
 
 
+class _IdleSessions:
+    """Closes a session's WebSocket (``/ws``, ``/mcp``) once it has waited ``idle_s`` for the
+    client's next message, so the session ends the way a client's disconnect ends it: OpenEnv
+    destroys it and its environment removes the container.
+
+    OpenEnv's own idle reaper (kept on: it also ends sessions created over HTTP ``/mcp``) destroys
+    an idle session's environment but leaves its socket open and its loop reading: before this, a
+    reaped session's next reset started a container beyond ``HARBOR_OPENENV_MAX_SESSIONS`` that
+    nothing removed until shutdown. Time spent running an action is not idle time: OpenEnv reads
+    the next message only after answering the last one.
+    """
+
+    PATHS = ("/ws", "/mcp")
+
+    def __init__(self, app, idle_s: float) -> None:
+        self.app = app
+        self.idle_s = idle_s
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "websocket" or scope.get("path") not in self.PATHS:
+            await self.app(scope, receive, send)
+            return
+        closed = False
+        pending: asyncio.Future | None = None
+
+        async def idle_receive():
+            nonlocal closed, pending
+            if closed:
+                return {"type": "websocket.disconnect", "code": 1000}
+            if pending is None:
+                pending = asyncio.ensure_future(receive())
+            done, _ = await asyncio.wait({pending}, timeout=self.idle_s)
+            if done:
+                message, pending = pending.result(), None
+                return message
+            closed = True
+            pending.cancel()
+            reason = (
+                f"idle for {self.idle_s:g} s (HARBOR_OPENENV_SESSION_TIMEOUT_S): session closed"
+            )
+            with contextlib.suppress(Exception):  # the client may be gone already
+                await send({"type": "websocket.close", "code": 1000, "reason": reason[:120]})
+            log.info("closed a WebSocket session idle for %g s", self.idle_s)
+            return {"type": "websocket.disconnect", "code": 1000}
+
+        async def guarded_send(message):
+            if not closed:  # after the idle close, the app's own close (and anything) is dropped
+                await send(message)
+
+        try:
+            await self.app(scope, idle_receive, guarded_send)
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+
 _OBJECT_START = re.compile(r"\s*\{")
 
 
@@ -158,7 +219,7 @@ def build_app(
     idle = session_timeout_s or float(os.environ.get("HARBOR_OPENENV_SESSION_TIMEOUT_S", "1800"))
     app = create_app(
         functools.partial(HarborEnvironment, runtime),
-        HarborAction,
+        ServedAction,  # the token never leaves the server (the web page logs whole actions)
         HarborObservation,
         env_name="harbor_openenv",
         # Without a session timeout OpenEnv's idle reaper is off and leaked sessions hold their
@@ -168,15 +229,19 @@ def build_app(
     )
     app.state.runtime = runtime
     app.add_middleware(_ObjectMessagesOnly)
+    app.add_middleware(_IdleSessions, idle_s=idle)
 
     def _remove_orphans() -> None:
         try:
             removed = runtime.remove_orphans()
+            folders = remove_dead_scratch(runtime.docker)
         except Exception as exc:  # the engine may be down; /health still answers
             log.warning("could not look for containers left by dead servers: %s", exc)
             return
         if removed:
             log.warning("removed %d containers left behind by servers that died", removed)
+        if folders:
+            log.warning("removed %d compose project folders of servers that died", folders)
 
     def _remove_own() -> None:
         runtime.shutdown()

@@ -396,8 +396,13 @@ def _report_check(results: list[CheckResult], json_target: str | None, seconds: 
 def cmd_serve(args: argparse.Namespace) -> int:
     tasks = args.tasks or Path(os.environ.get("HARBOR_OPENENV_TASKS") or ".")
     root = _open_dataset(tasks).root
-    if args.token:
-        os.environ["HARBOR_OPENENV_ORCHESTRATION_TOKEN"] = args.token
+    if args.token is not None:
+        raise UsageError(
+            "serve refuses --token: a command line is visible to every user of the host (ps,"
+            " /proc); give the token in HARBOR_OPENENV_ORCHESTRATION_TOKEN or a file (--token-file)"
+        )
+    if args.token_file is not None:
+        os.environ["HARBOR_OPENENV_ORCHESTRATION_TOKEN"] = _read_token(args.token_file)
     try:
         import uvicorn
 
@@ -412,13 +417,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if app.state.runtime.settings.orchestration_token is None:
         print(
-            "note: no --token (or HARBOR_OPENENV_ORCHESTRATION_TOKEN): evaluate and solve are"
-            " refused",
+            "note: no HARBOR_OPENENV_ORCHESTRATION_TOKEN (or --token-file): evaluate and solve"
+            " are refused",
             file=sys.stderr,
         )
     print(f"serving {root} on http://{args.host}:{args.port}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port)
     return EXIT_OK
+
+
+def _read_token(path: Path) -> str:
+    """The orchestration token in ``path``: its first line, surrounding whitespace removed."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--token-file {path}: cannot read it: {exc}") from None
+    token = lines[0].strip() if lines else ""
+    if not token:
+        raise UsageError(f"--token-file {path}: the file is empty; put the token on its first line")
+    return token
 
 
 # -- sync-tasks and update ----------------------------------------------------------------------
@@ -521,7 +538,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("tasks", type=Path, nargs="?", metavar="TASKS", help=_DATASET_HELP)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    serve.add_argument("--token", help="orchestration token enabling evaluate/solve")
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="read the orchestration token enabling evaluate/solve from FILE's first line"
+        " (or set HARBOR_OPENENV_ORCHESTRATION_TOKEN); --token TOKEN is refused, since a command"
+        " line is visible to every user of the host (ps)",
+    )
+    serve.add_argument("--token", help=argparse.SUPPRESS)  # refused with the reason
     serve.set_defaults(run=cmd_serve)
 
     sync = commands.add_parser(

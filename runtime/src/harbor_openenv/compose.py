@@ -6,6 +6,8 @@ labels every service, network and volume for this runtime (so the orphan sweep f
 gives ``main`` the task's environment variables and workdir. ``no-network`` tasks get internal
 networks: sidecars stay reachable, nothing else is. Commands run in ``main`` through the engine's
 exec API, exactly as in a single-container episode; removal is ``down`` with volumes and orphans.
+The merged files live in a folder under the temporary folder (``TMPDIR``) that records its server's
+identity, so a restarted server's startup sweep removes the folders of servers that died.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from pathlib import Path
 import docker
 
 from . import helper
-from .sandbox import LABEL, LABEL_OWNER, LABEL_TASK, Sandbox, SandboxError
+from .sandbox import LABEL, LABEL_OWNER, LABEL_TASK, Sandbox, SandboxError, owner_alive
 
 LABEL_PROJECT = "harbor-openenv.compose-project"
+SCRATCH_PREFIX = "harbor-openenv-compose-"  # a project's files, in the temporary folder
+_SCRATCH_OWNER = "owner"  # inside it: the identity of the server that made it
 MAIN_SERVICE = "main"
 _PLUGIN_DIRS = (
     "/usr/local/lib/docker/cli-plugins",
@@ -164,7 +168,7 @@ class ComposeSandbox(Sandbox):
         """
         build_network = build_network or os.environ.get("HARBOR_OPENENV_BUILD_NETWORK")
         name = f"harbor-openenv-{uuid.uuid4().hex[:12]}"
-        scratch = tempfile.mkdtemp(prefix="harbor-openenv-compose-")
+        scratch = _make_scratch(owner)
         main: dict = {
             "image": image,
             "command": ["sh", "-c", "sleep infinity"],
@@ -255,6 +259,35 @@ class ComposeSandbox(Sandbox):
             super().remove()
             return
         _down(project, self._scratch)
+
+
+def _make_scratch(owner: str) -> str:
+    """A new project folder, with ``owner`` recorded inside for the sweep of dead servers'."""
+    scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+    pending = Path(scratch) / f".{_SCRATCH_OWNER}"
+    pending.write_text(owner, encoding="utf-8")
+    os.replace(pending, Path(scratch) / _SCRATCH_OWNER)  # never seen half-written
+    return scratch
+
+
+def remove_dead_scratch(client: docker.DockerClient) -> int:
+    """Remove the project folders left in the temporary folder by servers that died (a server
+    killed with -9 never removes its own); returns how many. Only folders of this user that
+    record their owner are judged, and a folder whose owner still runs is always kept."""
+    removed, alive = 0, {}
+    for folder in Path(tempfile.gettempdir()).glob(SCRATCH_PREFIX + "*"):
+        try:
+            if folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+                continue
+            owner = (folder / _SCRATCH_OWNER).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):  # being made, or not this runtime's to judge
+            continue
+        if owner not in alive:
+            alive[owner] = owner_alive(client, owner)
+        if not alive[owner]:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += not folder.exists()
+    return removed
 
 
 def _down(project: ComposeProject, scratch: str | None) -> None:

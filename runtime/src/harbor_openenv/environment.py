@@ -287,6 +287,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._step_info: list[dict] = []
         self._verifier_dirs_used = False
         self._counted = False  # the episode counts against the warm pool's limit
+        self._closed = False  # close() is final: a closed (e.g. reaped) session never acts again
 
     # -- episode -------------------------------------------------------------------------------
 
@@ -299,7 +300,9 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         **_: object,
     ) -> HarborObservation:
         """Start an episode on ``task_id``, or the ``index``-th task, or one drawn with ``seed``."""
-        self.close()
+        if self._closed:
+            return self._fail("reset", _CLOSED, done=True)
+        self._end_episode()
         dataset = self._runtime.dataset
         self._state = HarborState(
             episode_id=episode_id or str(uuid.uuid4()), task_count=len(dataset)
@@ -335,7 +338,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 self._sandbox.mark_baseline()
             instruction = self._instruction()
         except (DatasetError, ImageError, SandboxError) as exc:
-            self.close()
+            self._end_episode()
             return self._fail("reset", str(exc), task_id=self._state.task_id, done=True)
         self._state.workdir = self._sandbox.workdir
         return HarborObservation(
@@ -521,6 +524,8 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 f"{kind} is an orchestration action: this server refuses it without the"
                 " orchestration token (HARBOR_OPENENV_ORCHESTRATION_TOKEN on the server)",
             )
+        if self._closed:
+            return self._fail(kind, _CLOSED, done=True)
         if self._sandbox is None or self._task is None:
             done = self._state.evaluated
             reason = "the episode has ended" if done else "no episode is running"
@@ -842,7 +847,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
     def _end_episode(self) -> None:
         sandbox, self._sandbox, self._task = self._sandbox, None, None
         counted, self._counted = self._counted, False
-        release = self._runtime.pool.release if counted else _nothing
+        release = self._runtime.pool.ending() if counted else _nothing
         if sandbox is not None:
             self._runtime.disk.forget(sandbox)
             self._runtime.discard(sandbox, release)
@@ -854,7 +859,16 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         return self._state
 
     def close(self) -> None:
+        """End the episode for good: OpenEnv closes a session's environment when the session
+        ends, also when its idle reaper ends it while the socket stays open."""
+        self._closed = True
         self._end_episode()
+
+
+_CLOSED = (
+    "this session has been closed (idle longer than HARBOR_OPENENV_SESSION_TIMEOUT_S, or the"
+    " server is stopping) and its container removed: open a new session"
+)
 
 
 def _nothing() -> None:

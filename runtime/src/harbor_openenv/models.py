@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from ._openenv import Action, Observation, State
 
@@ -24,6 +24,23 @@ class HarborAction(Action):
     )
     timeout_s: float | None = Field(default=None, gt=0, description="exec: seconds, server-capped")
     token: str | None = Field(default=None, description="evaluate/solve: the orchestration token")
+
+
+# The action as the server holds it: the token is read, never written back out. OpenEnv's web
+# layer records each action with model_dump() and broadcasts the record to every /ws/ui visitor,
+# so the server deserializes actions into this class, whose token is left out of model_dump(),
+# model_dump_json() and repr(). Clients keep sending HarborAction, which serializes it; the JSON
+# schema (title and description included) is HarborAction's.
+class ServedAction(HarborAction):
+    __doc__ = HarborAction.__doc__
+    model_config = ConfigDict(title="HarborAction")
+
+    token: str | None = Field(
+        default=None,
+        exclude=True,
+        repr=False,
+        description="evaluate/solve: the orchestration token",
+    )
 
 
 class HarborObservation(Observation):

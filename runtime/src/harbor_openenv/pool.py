@@ -8,8 +8,10 @@ startup). A pooled container serves one episode and never returns to the pool. O
 thread keeps every spec asked for at ``size`` idle containers, the most recently asked-for first,
 while running episodes plus idle containers stay within ``limit`` (the server's session limit): a
 reset that finds no ready container evicts idle ones of other specs to make room for its own.
-Pooled containers carry the server's owner label (and ``harbor-openenv.pool`` instead of a task's
-name), so shutdown and the startup sweep of dead servers' containers remove them like any other.
+With the pool on or off, the running episodes alone never exceed ``limit``: a reset beyond it
+raises :class:`CapacityError` before any container starts, whichever route sent it. Pooled
+containers carry the server's owner label (and ``harbor-openenv.pool`` instead of a task's name),
+so shutdown and the startup sweep of dead servers' containers remove them like any other.
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ from dataclasses import dataclass
 import docker
 import docker.errors
 
-from .sandbox import Sandbox
+from .sandbox import Sandbox, SandboxError
 
 LABEL_POOL = "harbor-openenv.pool"
 _START_WAIT_S = 60.0  # longest a reset waits for the worker's start in flight to make room
 
 log = logging.getLogger("harbor_openenv")
+
+
+class CapacityError(SandboxError):
+    """A reset beyond the server's session limit: no container is started."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,8 @@ class ContainerPool:
         self._cond = threading.Condition()
         self._idle: OrderedDict[ContainerSpec, deque[Sandbox]] = OrderedDict()  # least recent first
         self._failed: set[ContainerSpec] = set()  # not refilled until a reset asks again
-        self._active = 0
+        self._active = 0  # episodes holding a container, those whose container is being removed too
+        self._ending = 0  # of those, episodes whose container is being removed
         self._starting = 0
         self._closed = False
         self._worker: threading.Thread | None = None
@@ -100,8 +107,24 @@ class ContainerPool:
     def acquire(self, spec: ContainerSpec | None, start: Callable[[], Sandbox]) -> Sandbox:
         """An episode's container: a running pooled one for ``spec`` if there is one, else
         ``start()``'s (``spec`` None: the task cannot be pooled). The episode counts against the
-        limit from now until :meth:`release`, also when this raises."""
+        limit from now until :meth:`release`, also when this raises.
+
+        Every episode counts, whichever route started it (a ``/ws`` session, a plain HTTP
+        ``/reset``, the web page): at the limit, a reset waits only for episodes whose container
+        is being removed (a session's next reset, right after its last episode ended), and
+        otherwise raises :class:`CapacityError` without starting anything."""
         with self._cond:
+            deadline = time.monotonic() + _START_WAIT_S
+            while self._active >= self.limit:
+                remaining = deadline - time.monotonic()
+                if not self._ending or remaining <= 0:
+                    raise CapacityError(
+                        f"the server is at its limit of {self.limit} sessions"
+                        f" (HARBOR_OPENENV_MAX_SESSIONS): {self._active} episodes hold a"
+                        " container; retry when one ends (each reset counts, whichever route"
+                        " sent it: /ws, plain HTTP /reset or the web page)"
+                    )
+                self._cond.wait(remaining)
             self._active += 1
         try:
             while (pooled := self._take(spec)) is not None:
@@ -120,6 +143,21 @@ class ContainerPool:
         with self._cond:
             self._active -= 1
             self._cond.notify_all()
+
+    def ending(self) -> Callable[[], None]:
+        """An episode ended and its container is being removed: until the returned callable runs
+        (the container is gone), the episode still counts, and a reset at the limit waits for it
+        rather than being refused."""
+        with self._cond:
+            self._ending += 1
+
+        def released() -> None:
+            with self._cond:
+                self._ending -= 1
+                self._active -= 1
+                self._cond.notify_all()
+
+        return released
 
     def want(self, spec: ContainerSpec) -> None:
         """Keep ``spec``'s pool filled from now on (no-op with the pool off or closed)."""
@@ -188,7 +226,7 @@ class ContainerPool:
                 elif not self._starting or not self._cond.wait(
                     max(0.0, deadline - time.monotonic())
                 ):
-                    break  # episodes alone exceed the limit (plain HTTP resets are not capped)
+                    break  # a start in flight did not end in time
         for sandbox in evicted:
             _remove(sandbox)
 
