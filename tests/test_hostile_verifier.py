@@ -27,10 +27,10 @@ GRADING = textwrap.dedent(
     cd /logs/verifier && { [ -e reward.json ] || [ -e reward.txt ] || echo $r > reward.txt; }
     """
 )
-# Plants reward 1.0 in a loop from a detached process.
-PLANT = (
-    "setsid bash -c 'while :; do echo 1 > /logs/verifier/reward.txt 2>/dev/null;"
-    " sleep 0.05; done' </dev/null >/dev/null 2>&1 &"
+# Plants reward 1.0 in a loop (reward.json wins over the reward.txt a verifier writes).
+PLANT_JSON = (
+    "while :; do echo '{\"reward\": 1}' > /logs/verifier/reward.json 2>/dev/null; sleep 0.05;"
+    " done\n"
 )
 
 
@@ -197,7 +197,8 @@ def test_a_daemon_started_by_step_ones_verifier_does_not_survive_into_step_two(s
     """Item 2: the baseline is taken once, before the agent's first action."""
     with srv.client() as env:
         env.reset(task_id="steps")
-        env.write("check.sh", PLANT + "\nexit 0\n")
+        env.write("plant.sh", PLANT_JSON)
+        env.write("check.sh", "setsid bash /app/plant.sh </dev/null >/dev/null 2>&1 &\nexit 0\n")
         first = env.evaluate()
         assert (first.done, first.observation.info["steps"][0]["reward"]) == (False, 1.0)
         second = env.evaluate()  # step two unsolved: its own verifier must say 0
