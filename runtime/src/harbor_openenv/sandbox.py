@@ -485,15 +485,7 @@ class Sandbox:
         if prepare is not None:
             command += ["prepare", *prepare]
         for attempt in range(_HELPER_TRIES):
-            result = self._run(
-                command,
-                timeout_s=60,
-                max_output=1 << 16,
-                user="root",
-                environment=[],
-                workdir="/",
-                mark=None,
-            )
+            result = self._run_helper(command)
             if result.exit_code == 0:
                 return
             if not _no_process_slot(result):
@@ -514,8 +506,15 @@ class Sandbox:
     def mark_baseline(self) -> None:
         """Count every process running now as the environment's: :meth:`stop_processes` keeps
         them. Called once an episode's environment is ready, before the agent's first action."""
-        result = self._run(
-            [helper.HELPER, "list"],
+        result = self._run_helper([helper.HELPER, "list"])
+        if result.exit_code != 0:
+            raise SandboxError(f"cannot list processes: {result.output.strip()}")
+        self._baseline = result.output.strip()
+
+    def _run_helper(self, command: list[str]) -> ExecResult:
+        """Run the runtime's helper as root, directly (no shell of the container's)."""
+        return self._run(
+            command,
             timeout_s=60,
             max_output=1 << 20,
             user="root",
@@ -523,9 +522,6 @@ class Sandbox:
             workdir="/",
             mark=None,
         )
-        if result.exit_code != 0:
-            raise SandboxError(f"cannot list processes: {result.output.strip()}")
-        self._baseline = result.output.strip()
 
     # -- files ---------------------------------------------------------------------------------
 
