@@ -459,6 +459,24 @@ def cmd_update(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- wheels --------------------------------------------------------------------------------------
+
+
+def cmd_wheels(args: argparse.Namespace) -> int:
+    from .wheels import WheelsError, fill_wheels
+
+    try:
+        fill_wheels(
+            args.repo.resolve(),
+            args.python,
+            args.platform,
+            say=lambda line: print(line, file=sys.stderr),
+        )
+    except WheelsError as exc:
+        raise UsageError(str(exc)) from None
+    return EXIT_OK
+
+
 # -- entry point ---------------------------------------------------------------------------------
 
 _DATASET_HELP = "a dataset folder: tasks at its root or under its tasks/ folder"
@@ -540,6 +558,27 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--vcs-ref", help="template version to update to (default: newest tag)")
     update.add_argument("-d", "--data", action="append", metavar="KEY=VALUE")
     update.set_defaults(run=cmd_update)
+
+    wheels = commands.add_parser(
+        "wheels",
+        help="fill an environment repo's wheels/ for an offline image build",
+        description="Put every wheel the image installs (pyproject.toml's dependencies and"
+        " runtime group) into wheels/, for the base image's Python (asked from the image with"
+        " Docker, else read from its tag), so `docker build --network none` works. Builds with"
+        " `pip wheel` and a Python of that version found here; --platform downloads published"
+        " wheels only (pip download --only-binary=:all:) instead.",
+    )
+    wheels.add_argument(
+        "--repo", type=Path, default=Path("."), help="the environment repo (default: here)"
+    )
+    wheels.add_argument("--python", metavar="X.Y", help="the image's Python version")
+    wheels.add_argument(
+        "--platform",
+        action="append",
+        metavar="TAG",
+        help="download wheels for this platform tag (repeatable), e.g. manylinux_2_28_x86_64",
+    )
+    wheels.set_defaults(run=cmd_wheels)
     return parser
 
 
