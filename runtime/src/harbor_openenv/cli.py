@@ -437,11 +437,9 @@ def cmd_sync_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    from .update import UpdateError, find_conflicts, run_copier_update
+    from .update import UpdateError, conflict_advice, find_conflicts, run_copier_update
 
     repo = args.repo.resolve()
-    if not (repo / ".copier-answers.yml").is_file():
-        raise UsageError(f"{repo}: no .copier-answers.yml; not a repo rendered by the template")
     try:
         run_copier_update(repo, args.vcs_ref, args.data or [])
     except UpdateError as exc:
@@ -450,10 +448,7 @@ def cmd_update(args: argparse.Namespace) -> int:
     for line in conflicts:
         print(f"conflict: {line}", file=sys.stderr)
     if conflicts:
-        print(
-            f"{len(conflicts)} file(s) need a hand merge: resolve them, then commit",
-            file=sys.stderr,
-        )
+        print(conflict_advice(len(conflicts)), file=sys.stderr)
         return EXIT_PROBLEMS
     print("updated without conflicts; rebuild the image", file=sys.stderr)
     return EXIT_OK
