@@ -212,8 +212,21 @@ def test_docker_route_and_update(checkout):
             if ids:
                 subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
 
-        # Months later: a newer release of the template, as README.md's "Releasing" makes one.
+        # The dataset grows: one task more, one changed; the README's "Change the dataset".
+        dataset = env.parent / "my-dataset"
+        shutil.copytree(REPO / "examples" / "dataset", dataset, symlinks=True)
+        tasks = dataset / "tasks"
+        shutil.copytree(tasks / "word-count", tasks / "word-count-2", symlinks=True)
+        with (tasks / "hello-world" / "instruction.md").open("a") as handle:
+            handle.write("\nNo other file is needed.\n")
         commit_all(env, "our work")  # `uv run` wrote uv.lock; everything committed
+        sync = readme_block(readme, "sync").replace("/path/to/dataset", str(dataset))
+        output = shell(sync, cwd=env)
+        assert "word-count-2" in output and "hello-world" in output, output
+        assert "serves **6** tasks" in (env / "README.md").read_text()
+        assert git("status", "--porcelain", cwd=env) == ""  # the block committed it
+
+        # Months later: a newer release of the template, as README.md's "Releasing" makes one.
         version = checkout / "runtime" / "src" / "harbor_openenv" / "_version.py"
         version.write_text('__version__ = "999.0.0"\n')
         commit_all(checkout, "Release v999.0.0")
@@ -229,6 +242,8 @@ def test_docker_route_and_update(checkout):
         pyproject = (env / "pyproject.toml").read_text()
         assert '"harbor-openenv[server]==999.0.0"' in pyproject
         assert "_commit: v999.0.0" in (env / ".copier-answers.yml").read_text()
+        assert "serves **6** tasks" in (env / "README.md").read_text()  # the sync's counts kept
+        assert (env / "tasks" / "word-count-2" / "task.toml").is_file()
         commit_all(env, "update")
         output = shell(step["run"], cwd=env)
         assert "::warning::" not in output, output
