@@ -184,6 +184,19 @@ def test_wheel_pin_is_copied_into_wheels(copie, weird_dataset, runtime_wheel):
 # The dataset copy
 
 
+def test_rendered_smoke_test_passes_and_catches_two_versions(copie, weird_dataset):
+    project = render(copie, dataset_path=str(weird_dataset))
+    smoke = [sys.executable, "tests/test_smoke.py"]
+    run = subprocess.run(smoke, cwd=project, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ok   test_one_version" in run.stdout
+    manifest = project / "openenv.yaml"
+    manifest.write_text(manifest.read_text().replace('version: "0.1.0"', 'version: "0.2.0"'))
+    run = subprocess.run(smoke, cwd=project, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert "openenv.yaml says version 0.2.0, pyproject.toml 0.1.0" in run.stdout
+
+
 def test_tasks_are_byte_identical(copie, weird_dataset):
     project = render(copie, dataset_path=str(weird_dataset))
     assert tree_digest(project / "tasks") == tree_digest(weird_dataset / "tasks")
