@@ -35,6 +35,7 @@ TOKEN = "road-" + uuid.uuid4().hex[:12]
 # One name for both routes: the same pyproject.toml, so the second build reuses the first's layers.
 NAME = f"road-{uuid.uuid4().hex[:8]}-env"
 VENV_BIN = REPO / ".venv" / "bin"
+TASK_PLACEHOLDER = '"<a task id: its folder under tasks/>"'
 
 
 def readme_block(text: str, name: str) -> str:
@@ -87,7 +88,8 @@ def trainer(readme: str, port: int) -> str:
     """The rendered README's trainer snippet with the user's task and the agent's tool calls."""
     snippet = readme_block(readme, "trainer")
     assert f'"http://localhost:{port}"' in snippet and "orchestration_token=TOKEN" in snippet
-    snippet = snippet.replace('"<a task id from the table above>"', '"hello-world"')
+    assert TASK_PLACEHOLDER in snippet
+    snippet = snippet.replace(TASK_PLACEHOLDER, '"hello-world"')
     agent_call = 'env.write("notes.txt", "hello\\n")'
     assert agent_call in snippet
     return snippet.replace(agent_call, 'env.write("hello.txt", "Hello, world!\\n")')
