@@ -107,12 +107,15 @@ def test_renaming_renames_the_default_description(template, tmp_path):
         ([], ("_commit: v0.2.0", "_commit: v0.1.99"), "records _commit: v0.1.99, which the"),
         ([], ("_src_path: ", "_src_path: /nowhere/x #"), "the template /nowhere/x (_src_path"),
         ([], ("_src_path: ", "_src_path: . #"), "relative template path _src_path: ."),
+        ([], "uncommitted", "the repo has uncommitted changes: commit them"),
     ],
 )
 def test_mistakes_get_one_line_saying_what_to_do(template, tmp_path, data, broken, expected):
     repo = tmp_path / "env"
     copy(template, repo, "v0.2.0", f"dataset_path={EXAMPLE}")
-    if broken:
+    if broken == "uncommitted":
+        (repo / "notes.md").write_text("not committed yet\n")
+    elif broken:
         answers = repo / ".copier-answers.yml"
         text = answers.read_text()
         assert broken[0] in text
