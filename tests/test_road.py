@@ -139,8 +139,11 @@ def render(checkout: Path, port: int, name: str) -> Path:
     return env
 
 
-def remove_image(name: str) -> None:
-    subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)
+@pytest.fixture(scope="module", autouse=True)
+def image_kept_for_both_routes():
+    """The image both routes build, removed after the second (which reuses its install layer)."""
+    yield
+    subprocess.run(["docker", "rmi", "-f", NAME], capture_output=True, check=False)
 
 
 def test_compose_route(checkout):
@@ -151,28 +154,25 @@ def test_compose_route(checkout):
     compose = (env / "compose.yaml").read_text()
     for option in ("HARBOR_OPENENV_NETWORK_MODE=host", "HARBOR_OPENENV_BUILD_NETWORK=none"):
         assert option in compose and option.split("=")[0] in readme
+    shell(readme_block(readme, "build-offline").splitlines()[0], cwd=env)  # wheels/ only
+    up = readme_block(readme, "compose").replace("change-me", TOKEN)
+    # the documented .env options for an engine without a bridge network and no index
+    up = up.replace(
+        "> .env",
+        "> .env && echo HARBOR_OPENENV_NETWORK_MODE=host >> .env"
+        " && echo HARBOR_OPENENV_BUILD_NETWORK=none >> .env",
+        1,
+    )
+    shell(up, cwd=env)
     try:
-        shell(readme_block(readme, "build-offline").splitlines()[0], cwd=env)  # wheels/ only
-        up = readme_block(readme, "compose").replace("change-me", TOKEN)
-        # the documented .env options for an engine without a bridge network and no index
-        up = up.replace(
-            "> .env",
-            "> .env && echo HARBOR_OPENENV_NETWORK_MODE=host >> .env"
-            " && echo HARBOR_OPENENV_BUILD_NETWORK=none >> .env",
-            1,
-        )
-        shell(up, cwd=env)
-        try:
-            assert wait_healthy(f"http://127.0.0.1:{port}"), shell("docker compose logs", env)
-            out = run_trainer(trainer(readme, port), env)
-            assert "reward: 1.0" in out, out
-        finally:
-            shell("docker compose down", cwd=env)
-        assert not subprocess.run(
-            ["git", "status", "--porcelain", "--", ".env"], cwd=env, capture_output=True, text=True
-        ).stdout, ".env is not ignored by git"
+        assert wait_healthy(f"http://127.0.0.1:{port}"), shell("docker compose logs", env)
+        out = run_trainer(trainer(readme, port), env)
+        assert "reward: 1.0" in out, out
     finally:
-        remove_image(name)
+        shell("docker compose down", cwd=env)
+    assert not subprocess.run(
+        ["git", "status", "--porcelain", "--", ".env"], cwd=env, capture_output=True, text=True
+    ).stdout, ".env is not ignored by git"
 
 
 def test_docker_route_and_update(checkout):
@@ -180,74 +180,71 @@ def test_docker_route_and_update(checkout):
     env = render(checkout, port, name)
     readme = (env / "README.md").read_text()
     started = time.monotonic()
+    output = shell(readme_block(readme, "build-offline"), cwd=env)
+    built = time.monotonic() - started
+    assert "installed from wheels/ only" in output
+    wheels = list((env / "wheels").glob("*.whl"))
+    size = sum(p.stat().st_size for p in wheels) / 1e6
+    print(f"wheels/: {len(wheels)} wheels, {size:.0f} MB; fill + offline build {built:.0f} s")
+
+    run = readme_block(readme, "run").replace("change-me", TOKEN)
+    assert f"-p {port}:{port}" in run and "--network host" in readme
+    run = run.replace(f"-p {port}:{port}", "--network host")  # the README's documented option
+    server = subprocess.Popen(
+        ["bash", "-c", run], cwd=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
-        output = shell(readme_block(readme, "build-offline"), cwd=env)
-        built = time.monotonic() - started
-        assert "installed from wheels/ only" in output
-        wheels = list((env / "wheels").glob("*.whl"))
-        size = sum(p.stat().st_size for p in wheels) / 1e6
-        print(f"wheels/: {len(wheels)} wheels, {size:.0f} MB; fill + offline build {built:.0f} s")
-
-        run = readme_block(readme, "run").replace("change-me", TOKEN)
-        assert f"-p {port}:{port}" in run and "--network host" in readme
-        run = run.replace(f"-p {port}:{port}", "--network host")  # the README's documented option
-        server = subprocess.Popen(
-            ["bash", "-c", run], cwd=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
-        try:
-            assert wait_healthy(f"http://127.0.0.1:{port}"), "the server did not come up"
-            metadata = httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=5).json()
-            print("metadata:", metadata)
-            out = run_trainer(trainer(readme, port), env)
-            assert "reward: 1.0" in out, out
-        finally:
-            server.terminate()  # docker run passes the signal on; the server removes its tasks
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-            ids = subprocess.run(
-                ["docker", "ps", "-q", "--filter", f"ancestor={name}"],
-                capture_output=True,
-                text=True,
-            ).stdout.split()
-            if ids:
-                subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
-
-        # The dataset grows: one task more, one changed; the README's "Change the dataset".
-        dataset = env.parent / "my-dataset"
-        shutil.copytree(REPO / "examples" / "dataset", dataset, symlinks=True)
-        tasks = dataset / "tasks"
-        shutil.copytree(tasks / "word-count", tasks / "word-count-2", symlinks=True)
-        with (tasks / "hello-world" / "instruction.md").open("a") as handle:
-            handle.write("\nNo other file is needed.\n")
-        commit_all(env, "our work")  # `uv run` wrote uv.lock; everything committed
-        sync = readme_block(readme, "sync").replace("/path/to/dataset", str(dataset))
-        output = shell(sync, cwd=env)
-        assert "word-count-2" in output and "hello-world" in output, output
-        assert "serves **6** tasks" in (env / "README.md").read_text()
-        assert git("status", "--porcelain", cwd=env) == ""  # the block committed it
-
-        # Months later: a newer release of the template, as README.md's "Releasing" makes one.
-        version = checkout / "runtime" / "src" / "harbor_openenv" / "_version.py"
-        version.write_text('__version__ = "999.0.0"\n')
-        commit_all(checkout, "Release v999.0.0")
-        git("tag", "v999.0.0", cwd=checkout)
-
-        workflow = yaml.safe_load((env / ".github" / "workflows" / "ci.yml").read_text())
-        (step,) = [s for s in workflow["jobs"]["template"]["steps"] if "check-update" in str(s)]
-        output = shell(step["run"], cwd=env)
-        assert "::warning::a newer harbor-openenv release exists" in output, output
-
-        output = shell(readme_block(readme, "update"), cwd=env)
-        assert "updated without conflicts" in output, output
-        pyproject = (env / "pyproject.toml").read_text()
-        assert '"harbor-openenv[server]==999.0.0"' in pyproject
-        assert "_commit: v999.0.0" in (env / ".copier-answers.yml").read_text()
-        assert "serves **6** tasks" in (env / "README.md").read_text()  # the sync's counts kept
-        assert (env / "tasks" / "word-count-2" / "task.toml").is_file()
-        commit_all(env, "update")
-        output = shell(step["run"], cwd=env)
-        assert "::warning::" not in output, output
+        assert wait_healthy(f"http://127.0.0.1:{port}"), "the server did not come up"
+        metadata = httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=5).json()
+        print("metadata:", metadata)
+        out = run_trainer(trainer(readme, port), env)
+        assert "reward: 1.0" in out, out
     finally:
-        remove_image(name)
+        server.terminate()  # docker run passes the signal on; the server removes its tasks
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        ids = subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"ancestor={name}"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        if ids:
+            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+
+    # The dataset grows: one task more, one changed; the README's "Change the dataset".
+    dataset = env.parent / "my-dataset"
+    shutil.copytree(REPO / "examples" / "dataset", dataset, symlinks=True)
+    tasks = dataset / "tasks"
+    shutil.copytree(tasks / "word-count", tasks / "word-count-2", symlinks=True)
+    with (tasks / "hello-world" / "instruction.md").open("a") as handle:
+        handle.write("\nNo other file is needed.\n")
+    commit_all(env, "our work")  # `uv run` wrote uv.lock; everything committed
+    sync = readme_block(readme, "sync").replace("/path/to/dataset", str(dataset))
+    output = shell(sync, cwd=env)
+    assert "word-count-2" in output and "hello-world" in output, output
+    assert "serves **6** tasks" in (env / "README.md").read_text()
+    assert git("status", "--porcelain", cwd=env) == ""  # the block committed it
+
+    # Months later: a newer release of the template, as README.md's "Releasing" makes one.
+    version = checkout / "runtime" / "src" / "harbor_openenv" / "_version.py"
+    version.write_text('__version__ = "999.0.0"\n')
+    commit_all(checkout, "Release v999.0.0")
+    git("tag", "v999.0.0", cwd=checkout)
+
+    workflow = yaml.safe_load((env / ".github" / "workflows" / "ci.yml").read_text())
+    (step,) = [s for s in workflow["jobs"]["template"]["steps"] if "check-update" in str(s)]
+    output = shell(step["run"], cwd=env)
+    assert "::warning::a newer harbor-openenv release exists" in output, output
+
+    output = shell(readme_block(readme, "update"), cwd=env)
+    assert "updated without conflicts" in output, output
+    pyproject = (env / "pyproject.toml").read_text()
+    assert '"harbor-openenv[server]==999.0.0"' in pyproject
+    assert "_commit: v999.0.0" in (env / ".copier-answers.yml").read_text()
+    assert "serves **6** tasks" in (env / "README.md").read_text()  # the sync's counts kept
+    assert (env / "tasks" / "word-count-2" / "task.toml").is_file()
+    commit_all(env, "update")
+    output = shell(step["run"], cwd=env)
+    assert "::warning::" not in output, output
