@@ -3,11 +3,22 @@
 Run by copier (on `copy` only) inside the rendered project:
 
     python hooks/copy_tasks.py --dataset /abs/dataset --dest . [--wheel /abs/harbor_openenv-X.whl]
+        [--build-runtime /template/runtime]
+
+and (as an unversioned migration, after every `copier update` to an unreleased template):
+
+    python hooks/copy_tasks.py --runtime-wheel-only --dest . --build-runtime /template/runtime
 
 Steps: find the tasks root (DATASET/tasks or DATASET), classify every task with the runtime's own
 parser, print a summary, and stop with exit code 1 before writing anything when a task is invalid
 (copier then deletes the half-made project). Otherwise copy the tasks into tasks/, write
 tasks.sha256, copy a wheel pin into wheels/ and fill the dataset summary into README.md.
+
+--build-runtime: the template version is not a published release (a dev version, or an untagged
+commit), so the pin ``harbor-openenv==X.Y.Z`` names a version no package index has: build the
+runtime's wheel from the template's own runtime/ (``uv build --wheel``, else ``pip wheel
+--no-deps``) into wheels/, where the image build, ``uv sync`` and ``harbor-openenv wheels`` look
+first. Built wheels are cached by the runtime's content under ~/.cache/harbor-openenv.
 
 It runs on copier's Python, which has pydantic (a copier dependency) but not the runtime's server
 extras, so it imports only harbor_openenv.dataset, .manifest and .sync, from the template's
@@ -17,9 +28,14 @@ runtime/src, without running the package's __init__ (which may import the server
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
+import os
+import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -70,12 +86,93 @@ class Progress:
             )
 
 
+def _runtime_digest(runtime: Path) -> str:
+    """SHA-256 over the runtime's build inputs (pyproject.toml, README.md, src/)."""
+    digest = hashlib.sha256()
+    files = [runtime / "pyproject.toml", runtime / "README.md"]
+    files += sorted(
+        p for p in (runtime / "src").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
+    for path in files:
+        if path.is_file():
+            digest.update(path.relative_to(runtime).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def build_runtime_wheel(runtime: Path, wheels: Path) -> Path:
+    """The runtime's wheel built from ``runtime`` (cached by content), copied into ``wheels``.
+
+    Its version gets a local label naming the content (``0.2.0.dev0+src.<digest>``): the pin
+    ``==0.2.0.dev0`` still matches it, and two different snapshots of one dev version are two
+    versions to pip's and uv's caches, which would otherwise reuse the first one they saw.
+    """
+    if not (runtime / "pyproject.toml").is_file():
+        fail(f"no runtime to build at {runtime} (the template's runtime/ folder)")
+    digest = _runtime_digest(runtime)
+    cache_root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache = cache_root / "harbor-openenv" / "runtime-wheels" / digest
+    built = sorted(cache.glob("harbor_openenv-*.whl")) if cache.is_dir() else []
+    how = "cached"
+    if not built:
+        with tempfile.TemporaryDirectory() as tmp:
+            source, out = Path(tmp, "runtime"), Path(tmp, "out")
+            shutil.copytree(runtime, source, ignore=shutil.ignore_patterns("__pycache__"))
+            version_file = source / "src" / "harbor_openenv" / "_version.py"
+            text = version_file.read_text(encoding="utf-8")
+            text = re.sub(r'__version__ = "([^"+]+)"', rf'__version__ = "\1+src.{digest}"', text)
+            version_file.write_text(text, encoding="utf-8")
+            if shutil.which("uv"):
+                how = "uv build --wheel"
+                command = ["uv", "build", "--wheel", "--out-dir", str(out), str(source)]
+            else:
+                how = "pip wheel --no-deps"
+                command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out)]
+                command.append(str(source))
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            built = sorted(out.glob("harbor_openenv-*.whl"))
+            if result.returncode != 0 or not built:
+                tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+                fail(
+                    f"could not build the runtime wheel with {how} (install uv, or pip for"
+                    f" {sys.executable}): " + " | ".join(tail)
+                )
+            cache.mkdir(parents=True, exist_ok=True)
+            for wheel in built:
+                shutil.copyfile(wheel, cache / wheel.name)
+            built = sorted(cache.glob("harbor_openenv-*.whl"))
+    wheel = built[-1]
+    wheels.mkdir(exist_ok=True)
+    for stale in wheels.glob("harbor_openenv-*.whl"):
+        if stale.name != wheel.name:
+            stale.unlink()
+            log(f"  removed {stale.name} from wheels/ (an earlier unreleased runtime)")
+    shutil.copyfile(wheel, wheels / wheel.name)
+    log(
+        f"  this template version is not a published release: built {wheel.name} from the"
+        f" template's runtime/ ({how}) into wheels/, which the pin installs from"
+    )
+    return wheels / wheel.name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", required=True, type=Path, help="dataset folder (absolute)")
+    parser.add_argument("--dataset", type=Path, help="dataset folder (absolute)")
     parser.add_argument("--dest", default=Path("."), type=Path, help="the new project")
     parser.add_argument("--wheel", default="", help="wheel file to copy into wheels/ ('' = none)")
+    parser.add_argument(
+        "--build-runtime", default="", help="runtime/ to build a wheel of into wheels/ ('' = none)"
+    )
+    parser.add_argument(
+        "--runtime-wheel-only", action="store_true", help="only --build-runtime (on update)"
+    )
     args = parser.parse_args(argv)
+    if args.runtime_wheel_only:
+        if args.build_runtime:
+            build_runtime_wheel(Path(args.build_runtime), args.dest.resolve() / "wheels")
+        return 0
+    if args.dataset is None:
+        parser.error("--dataset is required")
     manifest_mod, sync = _import_runtime()
 
     source = args.dataset
@@ -124,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         (dest / "wheels").mkdir(exist_ok=True)
         shutil.copyfile(wheel, dest / "wheels" / wheel.name)
         print(f"  copied {wheel.name} into wheels/", file=sys.stderr)
+    if args.build_runtime:
+        build_runtime_wheel(Path(args.build_runtime), dest / "wheels")
     if not sync.write_summary(dest / "README.md", sync.summary_markdown(by_kind)):
         print("  README.md has no dataset summary markers; summary not written", file=sys.stderr)
     return 0

@@ -133,3 +133,21 @@ def tagged_template_clone(clone: Path) -> Path:
     commit_all(clone, "the working tree", allow_empty=True)  # a clean checkout changes nothing
     git("tag", NEW, cwd=clone)
     return clone
+
+
+def release_series(clone: Path, versions: list[str]) -> Path:
+    """A clone of this template whose working tree is released as each of ``versions`` in turn.
+
+    Each release is what README.md's "Releasing" makes: ``__version__`` set to X.Y.Z, a commit
+    "Release vX.Y.Z" and the tag vX.Y.Z; here the releases differ only in their version.
+    """
+    tagged_template_clone(clone)
+    version_file = clone / "runtime" / "src" / "harbor_openenv" / "_version.py"
+    text = version_file.read_text()
+    for version in versions:
+        version_file.write_text(
+            re.sub(r'__version__ = "[^"]+"', f'__version__ = "{version}"', text)
+        )
+        commit_all(clone, f"Release v{version}")
+        git("tag", f"v{version}", cwd=clone)
+    return clone

@@ -69,8 +69,19 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
 
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
     assert pyproject["project"]["name"] == name
-    assert pyproject["project"]["dependencies"] == [install]
-    assert pyproject["tool"]["uv"]["package"] is False
+    # the pin alone in its group; the user's dependencies list starts empty
+    assert pyproject["project"]["dependencies"] == []
+    assert pyproject["dependency-groups"] == {"runtime": [install]}
+    assert pyproject["tool"]["uv"] == {
+        "default-groups": ["runtime"],
+        "find-links": ["wheels"],
+        "package": False,
+    }
+    built = sorted(p.name for p in (project / "wheels").glob("harbor_openenv-*.whl"))
+    if pin_case == "release":  # HEAD of this checkout is no published release: a built wheel
+        assert built == [f"harbor_openenv-{RUNTIME_VERSION}+src.{built[0].split('+src.')[1]}"]
+    else:
+        assert built == []
     if "description" in extra:
         assert pyproject["project"]["description"] == extra["description"]
 
@@ -83,7 +94,7 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
     assert manifest == {
         "spec_version": 1,
         "name": name,
-        "version": RUNTIME_VERSION,
+        "version": pyproject["project"]["version"],  # the environment's, in both
         "description": extra.get(
             "description", f"OpenEnv environment serving the Harbor tasks of {name}"
         ),
@@ -99,7 +110,8 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
     assert (project / "server" / "__init__.py").exists()
 
     dockerfile = (project / "Dockerfile").read_text()
-    assert f'ARG RUNTIME_REQUIREMENT="{install}"' in dockerfile
+    assert "COPY pyproject.toml /opt/pyproject.toml" in dockerfile  # the pin lives there only
+    assert "harbor-openenv[" not in dockerfile and RUNTIME_VERSION not in dockerfile
     assert (
         f"ARG BASE_IMAGE={extra.get('base_image', 'python:3.12-slim')}\nFROM ${{BASE_IMAGE}}"
         in dockerfile
@@ -120,14 +132,26 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
 
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     assert answers["runtime_pin"] == pin and answers["dataset_path"] == str(weird_dataset)
+    assert answers["description"] == extra.get("description", "")
     for computed in (
         "runtime_version",
         "runtime_requirement",
         "runtime_install",
+        "runtime_released",
         "dataset_abspath",
+        "description_text",
     ):
         assert computed not in answers
-    yaml.safe_load((project / ".github" / "workflows" / "ci.yml").read_text())
+    ci = yaml.safe_load((project / ".github" / "workflows" / "ci.yml").read_text())
+    assert "copier check-update -q" in str(ci["jobs"]["template"])
+
+    compose = yaml.safe_load((project / "compose.yaml").read_text())["services"]["env"]
+    assert "/var/run/docker.sock:/var/run/docker.sock" in compose["volumes"]
+    assert compose["ports"] == [f"{port}:{port}"]
+    assert "${HARBOR_OPENENV_ORCHESTRATION_TOKEN:?" in str(compose["environment"])
+    gitignore = (project / ".gitignore").read_text().splitlines()
+    assert ".env" in gitignore and "!wheels/harbor_openenv-*.whl" in gitignore
+    assert ".env" in (project / ".dockerignore").read_text().splitlines()
 
     dockerignore = [
         line.strip()
@@ -147,20 +171,30 @@ def test_wheel_pin_is_copied_into_wheels(copie, weird_dataset, runtime_wheel):
     project = render(copie, dataset_path=str(weird_dataset), runtime_pin=str(runtime_wheel))
     copied = project / "wheels" / runtime_wheel.name
     assert copied.read_bytes() == runtime_wheel.read_bytes()
-    dockerfile = (project / "Dockerfile").read_text()
-    assert (
-        f'ARG RUNTIME_REQUIREMENT="harbor-openenv[server] @ file:///opt/wheels/{runtime_wheel.name}"'
-        in dockerfile
-    )
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
-    assert pyproject["project"]["dependencies"] == ["harbor-openenv[server]"]
-    assert pyproject["tool"]["uv"]["sources"]["harbor-openenv"] == {
-        "path": f"wheels/{runtime_wheel.name}"
-    }
+    # the wheel's exact version, which pip and uv find in wheels/ (searched first)
+    assert pyproject["dependency-groups"]["runtime"] == [
+        f"harbor-openenv[server]=={RUNTIME_VERSION}"
+    ]
+    assert pyproject["tool"]["uv"]["find-links"] == ["wheels"]
+    assert sorted(p.name for p in (project / "wheels").glob("*.whl")) == [runtime_wheel.name]
 
 
 # ---------------------------------------------------------------------------------------------
 # The dataset copy
+
+
+def test_rendered_smoke_test_passes_and_catches_two_versions(copie, weird_dataset):
+    project = render(copie, dataset_path=str(weird_dataset))
+    smoke = [sys.executable, "tests/test_smoke.py"]
+    run = subprocess.run(smoke, cwd=project, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ok   test_one_version" in run.stdout
+    manifest = project / "openenv.yaml"
+    manifest.write_text(manifest.read_text().replace('version: "0.1.0"', 'version: "0.2.0"'))
+    run = subprocess.run(smoke, cwd=project, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert "openenv.yaml says version 0.2.0, pyproject.toml 0.1.0" in run.stdout
 
 
 def test_tasks_are_byte_identical(copie, weird_dataset):
@@ -192,6 +226,9 @@ def test_bundled_example_dataset_renders_with_counts(copie):
     assert (
         tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == "examples-env"
     )
+    # the bundled example by its stable name, never the path of copier's temporary clone
+    answers = (project / ".copier-answers.yml").read_text()
+    assert "dataset_path: bundled:example" in answers and "copier._vcs" not in answers
 
 
 def test_counts_in_readme(copie, weird_dataset):
@@ -359,10 +396,7 @@ def test_update_needs_no_dataset_and_leaves_tasks_alone(tmp_path, weird_dataset)
     )
     assert update.returncode == 0, update.stderr
     assert tree_digest(project / "tasks") == before
-    assert (
-        'ARG RUNTIME_REQUIREMENT="harbor-openenv[server]==0.2.0"'
-        in (project / "Dockerfile").read_text()
-    )
+    assert '"harbor-openenv[server]==0.2.0",' in (project / "pyproject.toml").read_text()
     readme = (project / "README.md").read_text()
     assert "This environment serves **3** tasks" in readme and "<<<<<<<" not in readme
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())

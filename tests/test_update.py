@@ -14,7 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from _template_helpers import NEW, OLD, commit_all, git, tagged_template_clone, tree_digest
+from _template_helpers import (
+    NEW,
+    OLD,
+    RUNTIME_VERSION,
+    commit_all,
+    git,
+    tagged_template_clone,
+    tree_digest,
+)
 from conftest import (
     ROOT,
     TOKEN,
@@ -56,7 +64,7 @@ def user_edits(repo: Path) -> dict[str, str]:
     (repo / "notes").mkdir()
     (repo / "notes" / "trainer.md").write_text("Our GRPO settings.\n")
     readme = (repo / "README.md").read_text()
-    paragraph = "## Connect a trainer\n"
+    paragraph = "## Tasks\n"
     assert paragraph in readme
     readme = readme.replace(paragraph, paragraph + "\nWe train with 16 sessions per node.\n")
     (repo / "README.md").write_text(readme)
@@ -96,12 +104,12 @@ def test_update_moves_the_pin_keeps_user_edits_and_leaves_tasks_alone(template, 
     result = update(repo)
     assert result.returncode == 0, result.stdout + result.stderr
 
-    new_version = (ROOT / "runtime" / "src" / "harbor_openenv" / "_version.py").read_text()
-    new_version = new_version.split('"')[1]
-    for name in ("pyproject.toml", "Dockerfile"):
-        text = (repo / name).read_text()
-        assert f"harbor-openenv[server]=={new_version}" in text, name
-        assert "==0.1.0" not in text, name
+    new_version = RUNTIME_VERSION
+    pyproject = (repo / "pyproject.toml").read_text()
+    assert f'"harbor-openenv[server]=={new_version}",' in pyproject
+    assert "==0.1.0" not in pyproject + (repo / "Dockerfile").read_text()
+    # v999.0.0 is the working tree, whose version is no release: the update built its wheel
+    assert list((repo / "wheels").glob(f"harbor_openenv-{new_version}+src.*.whl"))
     assert f"_commit: {NEW}" in (repo / ".copier-answers.yml").read_text()
     for name, snippet in edits.items():
         assert snippet in (repo / name).read_text(), f"the user's edit of {name} was lost"
@@ -139,11 +147,26 @@ def test_a_real_conflict_is_reported_as_a_failure(template, tmp_path):
         '"harbor-openenv[server]==0.1.0"', '"harbor-openenv[server]==0.1.0", "numpy"'
     )
     (repo / "pyproject.toml").write_text(pyproject)
+    (repo / "Dockerfile").write_text("# ours\n" + (repo / "Dockerfile").read_text())
     commit_all(repo, "pin by hand")
     result = update(repo)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "conflict: pyproject.toml" in result.stderr
+    conflicts = [line for line in result.stderr.splitlines() if line.startswith("conflict: ")]
+    # each file once, with every reason; the Dockerfile's new first lines conflict with ours too
+    assert conflicts == [
+        "conflict: Dockerfile: conflict markers, unmerged",
+        "conflict: pyproject.toml: conflict markers, unmerged",
+    ], result.stderr
+    assert "2 file(s) need a hand merge" in result.stderr
+    assert "undo the whole update: git reset --hard && git clean -fd" in result.stderr
     assert not no_conflict_markers(repo)
+    # the way back the message gives works: the repo is as it was before the update
+    head = git("rev-parse", "HEAD", cwd=repo)
+    subprocess.run("git reset --hard && git clean -fd", shell=True, cwd=repo, check=True)
+    assert (
+        git("status", "--porcelain", cwd=repo) == "" and git("rev-parse", "HEAD", cwd=repo) == head
+    )
+    assert f"_commit: {OLD}" in (repo / ".copier-answers.yml").read_text()
 
 
 @pytest.mark.docker

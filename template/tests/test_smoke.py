@@ -6,7 +6,9 @@ Runs under pytest, or without it (as in the image): python tests/test_smoke.py
 from __future__ import annotations
 
 import os
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,6 +19,18 @@ def test_tasks_match_manifest() -> None:
 
     problems = verify_manifest(ROOT / MANIFEST_NAME)
     assert not problems, "tasks/ differs from tasks.sha256:\n" + "\n".join(problems)
+
+
+def test_one_version() -> None:
+    """The environment's version is the same in pyproject.toml and openenv.yaml."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    manifest = (ROOT / "openenv.yaml").read_text(encoding="utf-8")
+    found = re.search(r"""^version: *["']?([^"'\s]+)""", manifest, re.MULTILINE)
+    assert found, "openenv.yaml has no version"
+    assert found.group(1) == project["version"], (
+        f"openenv.yaml says version {found.group(1)}, pyproject.toml {project['version']}:"
+        " make them equal"
+    )
 
 
 def test_app_imports() -> None:

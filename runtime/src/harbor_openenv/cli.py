@@ -464,11 +464,9 @@ def cmd_sync_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    from .update import UpdateError, find_conflicts, run_copier_update
+    from .update import UpdateError, conflict_advice, find_conflicts, run_copier_update
 
     repo = args.repo.resolve()
-    if not (repo / ".copier-answers.yml").is_file():
-        raise UsageError(f"{repo}: no .copier-answers.yml; not a repo rendered by the template")
     try:
         run_copier_update(repo, args.vcs_ref, args.data or [])
     except UpdateError as exc:
@@ -477,12 +475,27 @@ def cmd_update(args: argparse.Namespace) -> int:
     for line in conflicts:
         print(f"conflict: {line}", file=sys.stderr)
     if conflicts:
-        print(
-            f"{len(conflicts)} file(s) need a hand merge: resolve them, then commit",
-            file=sys.stderr,
-        )
+        print(conflict_advice(len(conflicts)), file=sys.stderr)
         return EXIT_PROBLEMS
     print("updated without conflicts; rebuild the image", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- wheels --------------------------------------------------------------------------------------
+
+
+def cmd_wheels(args: argparse.Namespace) -> int:
+    from .wheels import WheelsError, fill_wheels
+
+    try:
+        fill_wheels(
+            args.repo.resolve(),
+            args.python,
+            args.platform,
+            say=lambda line: print(line, file=sys.stderr),
+        )
+    except WheelsError as exc:
+        raise UsageError(str(exc)) from None
     return EXIT_OK
 
 
@@ -576,6 +589,27 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--vcs-ref", help="template version to update to (default: newest tag)")
     update.add_argument("-d", "--data", action="append", metavar="KEY=VALUE")
     update.set_defaults(run=cmd_update)
+
+    wheels = commands.add_parser(
+        "wheels",
+        help="fill an environment repo's wheels/ for an offline image build",
+        description="Put every wheel the image installs (pyproject.toml's dependencies and"
+        " runtime group) into wheels/, for the base image's Python (asked from the image with"
+        " Docker, else read from its tag), so `docker build --network none` works. Builds with"
+        " `pip wheel` and a Python of that version found here; --platform downloads published"
+        " wheels only (pip download --only-binary=:all:) instead.",
+    )
+    wheels.add_argument(
+        "--repo", type=Path, default=Path("."), help="the environment repo (default: here)"
+    )
+    wheels.add_argument("--python", metavar="X.Y", help="the image's Python version")
+    wheels.add_argument(
+        "--platform",
+        action="append",
+        metavar="TAG",
+        help="download wheels for this platform tag (repeatable), e.g. manylinux_2_28_x86_64",
+    )
+    wheels.set_defaults(run=cmd_wheels)
     return parser
 
 

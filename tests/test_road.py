@@ -1,0 +1,250 @@
+"""The newcomer's road, walked literally: only the commands the READMEs give, as written.
+
+From a clone of this repository (as a user has one): the first command of README.md renders the
+bundled example; the rendered README's blocks (found by their ``<!-- harbor-openenv:road:NAME -->``
+markers, so the test and the READMEs cannot drift) then fill wheels/, build the image with no
+network, serve it, and drive an episode with the trainer snippet to reward 1.0; later a newer
+template release is tagged in the clone (as "Releasing" says), the rendered CI's check-update step
+warns, and the rendered README's update command moves the pin.
+
+What the test substitutes is what the READMEs leave to the user: the token (``change-me``), the
+port and name the copier questions ask for (``-d port=... -d env_name=...``, so parallel runs do
+not collide), the task id and the agent's tool calls in the trainer snippet, and the documented
+host-network options (this engine has no bridge network). ``python3`` is this repository's venv
+Python (the README's ``pip install copier`` is then a no-op instead of a system-wide install).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from _template_helpers import REPO, commit_all, git
+
+pytestmark = pytest.mark.docker
+
+TOKEN = "road-" + uuid.uuid4().hex[:12]
+# One name for both routes: the same pyproject.toml, so the second build reuses the first's layers.
+NAME = f"road-{uuid.uuid4().hex[:8]}-env"
+VENV_BIN = REPO / ".venv" / "bin"
+TASK_PLACEHOLDER = '"<a task id: its folder under tasks/>"'
+
+
+def readme_block(text: str, name: str) -> str:
+    """The fenced block right after ``<!-- harbor-openenv:road:NAME -->``."""
+    found = re.search(
+        rf"<!-- harbor-openenv:road:{re.escape(name)} -->\n```[a-z]*\n(.*?)\n```", text, re.DOTALL
+    )
+    assert found, f"no block marked harbor-openenv:road:{name}"
+    return found.group(1)
+
+
+def shell(script: str, cwd: Path, timeout: float = 900, **env: str) -> str:
+    """Run ``script`` with bash as a user's shell would (this venv first on PATH); its output."""
+    environ = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", **env}
+    environ.pop("VIRTUAL_ENV", None)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"$ {script}\n{output[-4000:]}"
+    return output
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout: float = 120) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def trainer(readme: str, port: int) -> str:
+    """The rendered README's trainer snippet with the user's task and the agent's tool calls."""
+    snippet = readme_block(readme, "trainer")
+    assert f'"http://localhost:{port}"' in snippet and "orchestration_token=TOKEN" in snippet
+    assert TASK_PLACEHOLDER in snippet
+    snippet = snippet.replace(TASK_PLACEHOLDER, '"hello-world"')
+    agent_call = 'env.write("notes.txt", "hello\\n")'
+    assert agent_call in snippet
+    return snippet.replace(agent_call, 'env.write("hello.txt", "Hello, world!\\n")')
+
+
+def run_trainer(snippet: str, cwd: Path) -> str:
+    result = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", snippet],
+        cwd=cwd,
+        env={**os.environ, "HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    """A clone of this repository with the working tree committed (as a user's checkout)."""
+    clone = tmp_path / "harbor-openenv"
+    git("clone", "--quiet", "--no-hardlinks", str(REPO), str(clone), cwd=REPO)
+    git("rm", "-rq", ".", cwd=clone)
+    files = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=REPO)
+    for name in filter(None, files.split("\0")):
+        if (REPO / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, clone / name)
+    commit_all(clone, "the working tree", allow_empty=True)
+    return clone
+
+
+def render(checkout: Path, port: int, name: str) -> Path:
+    """README.md's first command, as written, plus the copier answers for port and name."""
+    first = readme_block((REPO / "README.md").read_text(), "render").splitlines()[0]
+    assert first.startswith("$ ") and '"$PWD"' in first
+    command = first[2:] + f" -d port={port} -d env_name={name}"
+    output = shell(command, cwd=checkout)
+    assert "not a published release: built harbor_openenv-" in output
+    env = checkout.parent / "example-env"
+    answers = yaml.safe_load((env / ".copier-answers.yml").read_text())
+    assert answers["_src_path"] == str(checkout) and answers["dataset_path"] == "bundled:example"
+    assert "copier._vcs.clone" not in (env / ".copier-answers.yml").read_text()
+    # what copier's message says to do next
+    shell('git init -q && git add -A && git commit -qm "Initial commit"', cwd=env)
+    return env
+
+
+@pytest.fixture(scope="module", autouse=True)
+def image_kept_for_both_routes():
+    """The image both routes build, removed after the second (which reuses its install layer)."""
+    yield
+    subprocess.run(["docker", "rmi", "-f", NAME], capture_output=True, check=False)
+
+
+def test_compose_route(checkout):
+    port, name = free_port(), NAME
+    env = render(checkout, port, name)
+    readme = (env / "README.md").read_text()
+    assert ".env" in (env / ".gitignore").read_text().splitlines()
+    compose = (env / "compose.yaml").read_text()
+    for option in ("HARBOR_OPENENV_NETWORK_MODE=host", "HARBOR_OPENENV_BUILD_NETWORK=none"):
+        assert option in compose and option.split("=")[0] in readme
+    shell(readme_block(readme, "build-offline").splitlines()[0], cwd=env)  # wheels/ only
+    up = readme_block(readme, "compose").replace("change-me", TOKEN)
+    # the documented .env options for an engine without a bridge network and no index
+    up = up.replace(
+        "> .env",
+        "> .env && echo HARBOR_OPENENV_NETWORK_MODE=host >> .env"
+        " && echo HARBOR_OPENENV_BUILD_NETWORK=none >> .env",
+        1,
+    )
+    shell(up, cwd=env)
+    try:
+        assert wait_healthy(f"http://127.0.0.1:{port}"), shell("docker compose logs", env)
+        out = run_trainer(trainer(readme, port), env)
+        assert "reward: 1.0" in out, out
+    finally:
+        shell("docker compose down", cwd=env)
+    assert not subprocess.run(
+        ["git", "status", "--porcelain", "--", ".env"], cwd=env, capture_output=True, text=True
+    ).stdout, ".env is not ignored by git"
+
+
+def test_docker_route_and_update(checkout):
+    port, name = free_port(), NAME
+    env = render(checkout, port, name)
+    readme = (env / "README.md").read_text()
+    started = time.monotonic()
+    output = shell(readme_block(readme, "build-offline"), cwd=env)
+    built = time.monotonic() - started
+    assert "installed from wheels/ only" in output
+    wheels = list((env / "wheels").glob("*.whl"))
+    size = sum(p.stat().st_size for p in wheels) / 1e6
+    print(f"wheels/: {len(wheels)} wheels, {size:.0f} MB; fill + offline build {built:.0f} s")
+
+    run = readme_block(readme, "run").replace("change-me", TOKEN)
+    assert f"-p {port}:{port}" in run and "--network host" in readme
+    run = run.replace(f"-p {port}:{port}", "--network host")  # the README's documented option
+    server = subprocess.Popen(
+        ["bash", "-c", run], cwd=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        assert wait_healthy(f"http://127.0.0.1:{port}"), "the server did not come up"
+        metadata = httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=5).json()
+        print("metadata:", metadata)
+        out = run_trainer(trainer(readme, port), env)
+        assert "reward: 1.0" in out, out
+    finally:
+        server.terminate()  # docker run passes the signal on; the server removes its tasks
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        ids = subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"ancestor={name}"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        if ids:
+            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+
+    # The dataset grows: one task more, one changed; the README's "Change the dataset".
+    dataset = env.parent / "my-dataset"
+    shutil.copytree(REPO / "examples" / "dataset", dataset, symlinks=True)
+    tasks = dataset / "tasks"
+    shutil.copytree(tasks / "word-count", tasks / "word-count-2", symlinks=True)
+    with (tasks / "hello-world" / "instruction.md").open("a") as handle:
+        handle.write("\nNo other file is needed.\n")
+    commit_all(env, "our work")  # `uv run` wrote uv.lock; everything committed
+    sync = readme_block(readme, "sync").replace("/path/to/dataset", str(dataset))
+    output = shell(sync, cwd=env)
+    assert "word-count-2" in output and "hello-world" in output, output
+    assert "serves **6** tasks" in (env / "README.md").read_text()
+    assert git("status", "--porcelain", cwd=env) == ""  # the block committed it
+
+    # Months later: a newer release of the template, as README.md's "Releasing" makes one.
+    version = checkout / "runtime" / "src" / "harbor_openenv" / "_version.py"
+    version.write_text('__version__ = "999.0.0"\n')
+    commit_all(checkout, "Release v999.0.0")
+    git("tag", "v999.0.0", cwd=checkout)
+
+    workflow = yaml.safe_load((env / ".github" / "workflows" / "ci.yml").read_text())
+    (step,) = [s for s in workflow["jobs"]["template"]["steps"] if "check-update" in str(s)]
+    output = shell(step["run"], cwd=env)
+    assert "::warning::a newer harbor-openenv release exists" in output, output
+
+    output = shell(readme_block(readme, "update"), cwd=env)
+    assert "updated without conflicts" in output, output
+    pyproject = (env / "pyproject.toml").read_text()
+    assert '"harbor-openenv[server]==999.0.0"' in pyproject
+    assert "_commit: v999.0.0" in (env / ".copier-answers.yml").read_text()
+    assert "serves **6** tasks" in (env / "README.md").read_text()  # the sync's counts kept
+    assert (env / "tasks" / "word-count-2" / "task.toml").is_file()
+    commit_all(env, "update")
+    output = shell(step["run"], cwd=env)
+    assert "::warning::" not in output, output
