@@ -415,10 +415,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_sync_tasks(args: argparse.Namespace) -> int:
-    from .sync import SyncError, sync_tasks
+    from .sync import SyncError, SyncRefused, sync_tasks
 
     try:
         report = sync_tasks(args.dataset, args.repo, force=args.force, dry_run=args.dry_run)
+    except SyncRefused as exc:  # the repo, the dataset or local changes: nothing was written
+        print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except SyncError as exc:
         print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
         return EXIT_PROBLEMS
@@ -427,12 +430,17 @@ def cmd_sync_tasks(args: argparse.Namespace) -> int:
             print(f"{label}: {task_id}")
     for task_id in report.removed:
         print(f"removed: {task_id}")
-    verb = "would change" if args.dry_run else "changed"
-    print(
+    counts = (
         f"{len(report.added)} added, {len(report.changed)} changed, {len(report.removed)} removed,"
-        f" {report.unchanged} unchanged ({verb} tasks/"
-        + ("; dry run, nothing written)" if args.dry_run else ", tasks.sha256 rewritten)")
+        f" {report.unchanged} unchanged"
     )
+    if args.dry_run:
+        print(f"{counts} (dry run, nothing written)")
+    elif report.written:
+        readme = ", README counts updated" if report.readme_updated else ""
+        print(f"{counts} (replaced tasks/, tasks.sha256 rewritten{readme})")
+    else:
+        print(f"{counts}: tasks/ already up to date, nothing written")
     return EXIT_OK
 
 
