@@ -26,6 +26,7 @@ __all__ = [
     "ConcurrencyConfig",
     "EnvClient",
     "Environment",
+    "EnvironmentMetadata",
     "Observation",
     "State",
     "StepResult",
@@ -48,7 +49,7 @@ class _HideGradio(importlib.abc.MetaPathFinder):
 
 
 HAVE_OPENENV = importlib.util.find_spec("openenv") is not None
-_SERVER_NAMES = {"ConcurrencyConfig", "Environment", "create_app"}
+_SERVER_NAMES = {"ConcurrencyConfig", "Environment", "EnvironmentMetadata", "create_app"}
 
 if HAVE_OPENENV:
     _hide = None if web_interface_enabled() else _HideGradio()
@@ -59,7 +60,13 @@ if HAVE_OPENENV:
         from openenv.core.env_client import EnvClient
         from openenv.core.env_server.http_server import create_app
         from openenv.core.env_server.interfaces import Environment
-        from openenv.core.env_server.types import Action, ConcurrencyConfig, Observation, State
+        from openenv.core.env_server.types import (
+            Action,
+            ConcurrencyConfig,
+            EnvironmentMetadata,
+            Observation,
+            State,
+        )
     finally:
         if _hide is not None:
             sys.meta_path.remove(_hide)

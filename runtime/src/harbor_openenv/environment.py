@@ -27,6 +27,7 @@ import docker.errors
 
 from . import artifacts
 from ._openenv import Environment
+from .about import environment_metadata
 from .compose import ComposeSandbox
 from .dataset import (
     Dataset,
@@ -245,6 +246,10 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._step_info: list[dict] = []
         self._verifier_dirs_used = False
         self._counted = False  # the episode counts against the warm pool's limit
+
+    def get_metadata(self):
+        """The environment's name and version (its openenv.yaml), the runtime's in description."""
+        return environment_metadata(self._runtime.dataset.root)
 
     # -- episode -------------------------------------------------------------------------------
 
