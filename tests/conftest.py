@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -107,14 +108,28 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
+        # Read its output as it comes (uvicorn's and the runtime's log lines), so a long session
+        # never fills the pipe and blocks the server; ``output`` holds it.
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read_output, daemon=True)
+        self._reader.start()
         self._wait_healthy()
+
+    def _read_output(self) -> None:
+        for line in self.process.stdout:
+            self._lines.append(line.decode(errors="replace"))
+
+    @property
+    def output(self) -> str:
+        """What the server wrote to stdout and stderr so far."""
+        return "".join(self._lines)
 
     def _wait_healthy(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                output = self.process.stdout.read().decode(errors="replace")
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{output}")
+                self._reader.join(timeout=5)
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.output}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
                     return
@@ -141,7 +156,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process.stdout:
+        self._reader.join(timeout=5)  # the pipe ends with the process
+        if not self._reader.is_alive():
             self.process.stdout.close()
 
 

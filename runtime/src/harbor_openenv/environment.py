@@ -42,6 +42,7 @@ from .dataset import (
     verifier_environment,
     verifier_mode,
 )
+from .events import Timer, event
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
 from .models import ORCHESTRATION_ACTIONS, HarborAction, HarborObservation, HarborState
@@ -246,6 +247,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._step_info: list[dict] = []
         self._verifier_dirs_used = False
         self._counted = False  # the episode counts against the warm pool's limit
+        self._evaluate_timer = Timer()
 
     def get_metadata(self):
         """The environment's name and version (its openenv.yaml), the runtime's in description."""
@@ -263,6 +265,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
     ) -> HarborObservation:
         """Start an episode on ``task_id``, or the ``index``-th task, or one drawn with ``seed``."""
         self.close()
+        timer = Timer()
         dataset = self._runtime.dataset
         self._state = HarborState(
             episode_id=episode_id or str(uuid.uuid4()), task_count=len(dataset)
@@ -277,9 +280,10 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             self._envs = _resolve_envs(task)
             self._task, self._step_index = task, 0
             self._step_metrics, self._step_info, self._verifier_dirs_used = [], [], False
+            image = self._runtime.images.resolve(task)
             self._sandbox = self._launch(
                 task,
-                self._runtime.images.resolve(task),
+                image,
                 config.environment,
                 env=self._envs.environment,
                 compose=task.compose_file is not None,
@@ -294,6 +298,8 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             self.close()
             return self._fail("reset", str(exc), task_id=self._state.task_id, done=True)
         self._state.workdir = self._sandbox.workdir
+        episode = self._state.episode_id
+        event("reset", task=task.id, image=image, episode=episode, seconds=timer.seconds)
         return HarborObservation(
             action_type="reset",
             task_id=task.id,
@@ -489,6 +495,9 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         except PathEscapeError as exc:
             return self._fail(kind, f"refused: {exc}")
         except SandboxError as exc:
+            if kind not in ORCHESTRATION_ACTIONS:  # those _fail logs
+                task = self._state.task_id
+                event("error", logging.WARNING, action=kind, task=task, error=str(exc))
             return self._fail(kind, str(exc))
 
     def _authorised(self, action: HarborAction) -> bool:
@@ -560,6 +569,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         """Stop the agent and run the (current step's) verifier, in this container or, for a
         separate verifier, in its own; then end the episode or move on to the next step."""
         task, step = self._task, self._step()
+        self._evaluate_timer = Timer()
         if verifier_mode(task.config, step) == "separate":
             self._sandbox.stop_processes()
             verdict = self._verify_separately(step)
@@ -631,6 +641,14 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
     ) -> HarborObservation:
         """Record the episode's reward, end the episode and answer the evaluate that ended it."""
         self._state.evaluated, self._state.reward = True, reward
+        event(
+            "evaluate",
+            task=self._state.task_id,
+            episode=self._state.episode_id,
+            reward=reward,
+            seconds=self._evaluate_timer.seconds,
+            error=error,
+        )
         self._end_episode()
         return self._observe(
             "evaluate", reward=reward, done=True, error=error, output=output, info=info
@@ -747,6 +765,8 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def _fail(self, action_type: str, error: str, **fields) -> HarborObservation:
         fields.setdefault("task_id", self._state.task_id)
+        if action_type in ("reset", *ORCHESTRATION_ACTIONS):  # the agent's own errors are its own
+            event("error", logging.WARNING, action=action_type, task=fields["task_id"], error=error)
         return HarborObservation(action_type=action_type, error=error, **fields)
 
     def _end_episode(self) -> None:

@@ -5,12 +5,17 @@ Registry images (``[metadata.repo2env.reproducibility] mode = "registry"``) are 
 where the task was generated (``local_only`` / ``inline_dockerfile``). Otherwise
 ``environment/Dockerfile`` is built and tagged by a content hash of ``environment/``, so identical
 environments build once and the tag survives restarts.
+
+Pulls and builds log their start, a build its progress (each Dockerfile step), and their end with
+the seconds taken, on the ``harbor_openenv`` logger (see ``events``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -21,10 +26,12 @@ import docker
 import docker.errors
 
 from .dataset import Task
+from .events import Timer, event
 
 IMAGE_REPOSITORY = "harbor-openenv/task"
 _IGNORED = {".git", ".DS_Store", "__pycache__"}
 _LOG_TAIL = 30
+_STEP = re.compile(r"^Step (\d+/\d+) : (.*)$")
 
 
 class ImageError(Exception):
@@ -128,18 +135,30 @@ class ImageResolver:
                 raise ImageError(self._failures[ref])
 
     def _pull(self, task: Task, ref: str) -> None:
+        event("image pull", task=task.id, image=ref)
+        timer = Timer()
         try:
             self._client.images.pull(ref)
         except docker.errors.APIError as exc:
-            raise ImageError(
-                f"{task.id}: pulling {ref!r} failed: {exc.explanation or exc}"
-            ) from None
+            error = f"{task.id}: pulling {ref!r} failed: {exc.explanation or exc}"
+            event("image pull failed", logging.WARNING, task=task.id, image=ref, error=error)
+            raise ImageError(error) from None
+        event("image pulled", task=task.id, image=ref, seconds=timer.seconds)
 
     def _build(self, task: Task, folder: Path, tag: str) -> None:
         timeout = task.config.environment.build_timeout_sec
+        where = folder.relative_to(task.path).as_posix()
+        event("image build", task=task.id, image=tag, dockerfile=f"{where}/Dockerfile")
+        timer = Timer()
         log: deque[str] = deque(maxlen=_LOG_TAIL)
+
+        def progress(line: str) -> None:
+            step = _STEP.match(line)
+            if step:
+                event("image build step", task=task.id, step=step[1], instruction=step[2][:200])
+
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-build")
-        future = pool.submit(self._stream_build, folder, tag, log)
+        future = pool.submit(self._stream_build, folder, tag, log, progress)
         try:
             error = future.result(timeout=timeout)
         except FutureTimeout:
@@ -149,10 +168,18 @@ class ImageResolver:
             pool.shutdown(wait=False)
         if error:
             tail = "\n".join(log)
-            where = folder.relative_to(task.path).as_posix()
+            event(
+                "image build failed",
+                logging.WARNING,
+                task=task.id,
+                image=tag,
+                seconds=timer.seconds,
+                error=error,
+            )
             raise ImageError(f"{task.id}: building {where}/Dockerfile failed: {error}\n{tail}")
+        event("image built", task=task.id, image=tag, seconds=timer.seconds)
 
-    def _stream_build(self, context: Path, tag: str, log: deque[str]) -> str | None:
+    def _stream_build(self, context: Path, tag: str, log: deque[str], progress=None) -> str | None:
         try:
             for chunk in self._client.api.build(
                 path=str(context),
@@ -164,7 +191,11 @@ class ImageResolver:
                 labels={"harbor-openenv.image": "task"},
             ):
                 if "stream" in chunk:
-                    log.extend(line for line in chunk["stream"].splitlines() if line.strip())
+                    for line in chunk["stream"].splitlines():
+                        if line.strip():
+                            log.append(line)
+                            if progress is not None:
+                                progress(line)
                 if "error" in chunk:
                     return chunk["error"].strip()
         except docker.errors.APIError as exc:
