@@ -93,3 +93,23 @@ def configure(stream=None) -> None:
     except ValueError:  # an unknown level name
         log.setLevel(logging.INFO)
     log.propagate = False
+
+
+class _ClearLine(logging.Formatter):
+    """On a terminal, clear the line first (a command's updating progress line may be on it)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\r\033[K" + super().format(record)
+
+
+def configure_images(stream=None) -> None:
+    """For the commands that pull and build (check, images): image lines only, as plain text."""
+    if log.handlers:
+        return
+    out = stream or sys.stderr
+    handler = logging.StreamHandler(out)
+    handler.setFormatter((_ClearLine if out.isatty() else logging.Formatter)("%(message)s"))
+    handler.addFilter(lambda record: getattr(record, "harbor_event", "").startswith("image"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False

@@ -18,6 +18,7 @@ import os
 import re
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from .dataset import Task
+from .dataset import Task, verifier_mode
 from .events import Timer, event
 
 IMAGE_REPOSITORY = "harbor-openenv/task"
@@ -98,6 +99,10 @@ class ImageResolver:
                 " local_only/inline_dockerfile), so it is never pulled; build or load it first"
             )
         return self._once(ref, lambda: self._pull(task, ref))
+
+    def has(self, ref: str) -> bool:
+        """Whether the engine has the image ``ref``."""
+        return self._exists(ref)
 
     def _exists(self, ref: str) -> bool:
         try:
@@ -201,3 +206,30 @@ class ImageResolver:
         except docker.errors.APIError as exc:
             return str(exc.explanation or exc)
         return None
+
+
+def task_images(task: Task) -> list[tuple[str, Callable[[ImageResolver], str]]]:
+    """The images a runnable task's episodes start: (reference, how a resolver makes it).
+
+    The agent's environment image, and each separate verifier's own image (``docker_image`` or
+    ``tests/Dockerfile``). A compose task's other services are docker compose's to pull or build.
+    """
+    images: dict[str, Callable[[ImageResolver], str]] = {}
+    source = task.image
+    if source is not None:
+        if source.kind == "dockerfile":
+            tag = f"{IMAGE_REPOSITORY}:{environment_hash(task.path / 'environment')}"
+            images[tag] = lambda resolver: resolver.resolve(task)
+        elif source.ref:
+            images[source.ref] = lambda resolver: resolver.resolve(task)
+    config = task.config
+    for step in config.steps or [None]:
+        if verifier_mode(config, step) != "separate":
+            continue
+        ref, folder = task.verifier_image_ref(step), task.verifier_image_dir(step)
+        if ref:
+            images.setdefault(ref, lambda resolver, ref=ref: resolver.use(task, ref))
+        elif folder:
+            tag = f"{IMAGE_REPOSITORY}:{environment_hash(folder)}"
+            images.setdefault(tag, lambda resolver, folder=folder: resolver.build(task, folder))
+    return list(images.items())
