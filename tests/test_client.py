@@ -16,7 +16,7 @@ pytestmark = pytest.mark.docker
 # An episode as a trainer runs it: reset, an agent edit, evaluate; then the async form.
 EPISODE = """
 import asyncio, sys
-from harbor_openenv import HarborEnvClient, HarborObservation, agent_tools
+from harbor_openenv import HarborAction, HarborEnvClient, HarborObservation, agent_tools
 
 url, token = sys.argv[1], sys.argv[2]
 assert [t["function"]["name"] for t in agent_tools()] == ["exec", "read", "write"]
@@ -29,6 +29,10 @@ with HarborEnvClient(url, orchestration_token=token) as env:
     assert env.state().task_id == "edit-file"
     result = env.evaluate()
     print("sync reward", result.reward, result.done)
+    try:  # a frame the server cannot parse: OpenEnv's error frame, raised as RuntimeError
+        env.step(HarborAction.model_construct(action_type="bogus", metadata={}))
+    except RuntimeError as exc:
+        print("refused", str(exc).startswith("Server error: "))
 
 async def main():
     async with HarborEnvClient(url, orchestration_token=token) as env:
@@ -46,6 +50,7 @@ print("server modules", loaded)
 
 def check_episode(output: str) -> None:
     assert "sync reward 1.0 True" in output
+    assert "refused True" in output
     assert "async list None" in output
     assert "async reward 0.0" in output  # nothing written in the async episode
 
