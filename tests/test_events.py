@@ -97,10 +97,16 @@ def test_json_lines(tmp_path):
     assert isinstance(by_event["evaluate"]["seconds"], float)
 
 
-def test_text_quoting_and_level(monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="harbor_openenv")
-    events.event("error", logging.WARNING, task="a b", error='say "no"', missing=None, n=0.123456)
-    (record,) = caplog.records
+def test_text_quoting_and_level():
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    events.log.addHandler(handler)
+    try:
+        events.event("error", logging.WARNING, task="a b", error='say "no"', gone=None, n=0.123456)
+    finally:
+        events.log.removeHandler(handler)
+    (record,) = records
     assert record.getMessage() == 'error task="a b" error="say \\"no\\"" n=0.123'
     assert record.levelno == logging.WARNING
     assert record.harbor_fields == {"task": "a b", "error": 'say "no"', "n": 0.123456}
