@@ -147,6 +147,7 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
         if self._ws is not None:
             return
         try:
+            # Entered as a context manager (closed in _close): websockets 17 warns otherwise.
             self._ws = connect(
                 self._ws_url,
                 open_timeout=self._connect_timeout,
@@ -155,7 +156,7 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
                 ping_timeout=self._ping[1],
                 additional_headers=self._headers,
                 **({"proxy": None} if _is_loopback(self._ws_url) else {}),
-            )
+            ).__enter__()
         except Exception as exc:
             raise ConnectionError(f"Failed to connect to {self._ws_url}: {exc}") from exc
 
