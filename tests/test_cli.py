@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -11,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+import docker.errors
 import httpx
 import pytest
 from conftest import FIXTURE_TASKS, free_port, runtime_containers, wait_until
@@ -277,15 +279,15 @@ def fresh_build(root: Path, name: str, extra: str = "") -> None:
         handle.write(f"LABEL {NONCE}-{name}\n{extra}")
 
 
-def remove_built(docker_client, stderr: str) -> None:
-    """The images these tests built, and what a failed build left untagged."""
-    for line in stderr.splitlines():
-        if "image built " in line:
-            docker_client.images.remove(line.split("image=")[1].split()[0], force=True)
+def remove_built(docker_client) -> None:
+    """The images these tests built (their Dockerfiles' LABEL), and what a failed build left."""
     label, value = NONCE.split("=")
-    for image in docker_client.images.list(all=True, filters={"label": label}):
-        if (image.labels or {}).get(label, "").startswith(value) and not image.tags:
-            docker_client.images.remove(image.id, force=True)
+    for _ in range(3):  # children first: removing one prunes its untagged parents
+        images = docker_client.images.list(all=True, filters={"label": label})
+        ours = [i for i in images if (i.labels or {}).get(label, "").startswith(value)]
+        for image in sorted(ours, key=lambda i: not i.tags):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                docker_client.images.remove(image.id, force=True)
 
 
 @pytest.mark.docker
@@ -327,7 +329,7 @@ def test_images_builds_and_pulls_every_task_image_in_parallel(docker_client, tmp
         rerun = run_cli("images", root, "-j", "2")
         assert sum(" present " in row for row in rerun.stdout.splitlines()) == 3
     finally:
-        remove_built(docker_client, result.stderr)
+        remove_built(docker_client)
 
 
 def test_images_usage_errors(tmp_path):
@@ -348,4 +350,4 @@ def test_check_logs_the_build_it_waits_for(docker_client, tmp_path):
         assert any(line.startswith("image built task=fresh ") for line in lines[start:])
         assert not any(line.startswith(("reset ", "evaluate ")) for line in lines)  # check's own
     finally:
-        remove_built(docker_client, result.stderr)
+        remove_built(docker_client)
