@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -91,7 +91,6 @@ class Server:
     def __init__(self, tasks: Path, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         environ = {
             **os.environ,
             "HARBOR_OPENENV_TASKS": str(tasks),
@@ -111,21 +110,30 @@ class Server:
                 str(self.port),
             ],
             env=environ,
-            stdout=self.log,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
+        # Read its output as it comes (uvicorn's and the runtime's log lines), so a long session
+        # never fills the pipe and blocks the server; ``output`` holds it.
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read_output, daemon=True)
+        self._reader.start()
         self._wait_healthy()
+
+    def _read_output(self) -> None:
+        for line in self.process.stdout:
+            self._lines.append(line.decode(errors="replace"))
 
     @property
     def output(self) -> str:
-        """What the server printed so far (a file, so a chatty server never blocks on a pipe)."""
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
+        """What the server wrote to stdout and stderr so far."""
+        return "".join(self._lines)
 
     def _wait_healthy(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self._reader.join(timeout=5)
                 raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.output}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
@@ -153,7 +161,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self.log.close()
+        self._reader.join(timeout=5)  # the pipe ends with the process
+        if not self._reader.is_alive():
+            self.process.stdout.close()
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -9,8 +10,10 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
+import docker.errors
 import httpx
 import pytest
 from conftest import FIXTURE_TASKS, ROOT, free_port, runtime_containers, wait_until
@@ -443,3 +446,90 @@ def test_serve_names_an_unreadable_or_empty_token_file(tmp_path):
     assert_one_line_error(
         run_cli("serve", FIXTURE_TASKS, "--token-file", tmp_path / "missing"), "cannot read"
     )
+
+
+# -- images (Docker) -----------------------------------------------------------------------------
+
+
+NONCE = f"harbor-openenv.test-nonce={uuid.uuid4().hex}"
+
+
+def fresh_build(root: Path, name: str, extra: str = "") -> None:
+    """edit-file as ``name``, with a Dockerfile no engine has built before."""
+    shutil.copytree(FIXTURE_TASKS / "edit-file", root / name)
+    with (root / name / "environment" / "Dockerfile").open("a") as handle:
+        handle.write(f"LABEL {NONCE}-{name}\n{extra}")
+
+
+def remove_built(docker_client) -> None:
+    """The images these tests built (their Dockerfiles' LABEL), and what a failed build left."""
+    label, value = NONCE.split("=")
+    for _ in range(3):  # children first: removing one prunes its untagged parents
+        images = docker_client.images.list(all=True, filters={"label": label})
+        ours = [i for i in images if (i.labels or {}).get(label, "").startswith(value)]
+        for image in sorted(ours, key=lambda i: not i.tags):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                docker_client.images.remove(image.id, force=True)
+
+
+@pytest.mark.docker
+def test_images_builds_and_pulls_every_task_image_in_parallel(docker_client, tmp_path):
+    root = tmp_path / "tasks"
+    fresh_build(root, "one")
+    fresh_build(root, "two")
+    fresh_build(root, "broken-build", "RUN exit 3\n")
+    shutil.copytree(FIXTURE_TASKS / "text-only", root / "text-only")
+    given = root / "given"
+    shutil.copytree(FIXTURE_TASKS / "edit-file", given)
+    shutil.rmtree(given / "environment")
+    (given / "task.toml").write_text(
+        (given / "task.toml").read_text() + 'docker_image = "debian:bookworm-slim"\n'
+    )
+    result = run_cli("images", root, "-j", "3")
+    try:
+        assert result.returncode == 1, result  # broken-build fails
+        err = result.stderr
+        assert "skipped text-only (text-only" in err
+        assert "4 image(s) for 5 task(s), 3 at once" in err
+        progress = [line for line in err.splitlines() if line.startswith("[")]
+        assert sorted(line[:5] for line in progress) == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
+        assert any("(given): present in" in line for line in progress)
+        assert sum(": built in" in line for line in progress) == 2
+        failed = next(line for line in progress if "(broken-build): FAILED: " in line)
+        assert "returned a non-zero code: 3" in failed
+        assert "image build task=one image=harbor-openenv/task:" in err
+        assert "image build step task=one step=1/" in err
+        rows = result.stdout.splitlines()
+        assert rows[0].split() == ["IMAGE", "TASKS", "STATUS", "SECONDS"]
+        statuses = {row.split()[0]: row.split()[2] for row in rows[1:5]}
+        assert statuses["debian:bookworm-slim"] == "present"
+        assert sorted(statuses.values()) == ["built", "built", "failed", "present"]
+        assert rows[-1].startswith("4 image(s) in ") and "3 ready, 1 failed" in rows[-1]
+
+        again = run_cli("images", root / "one")  # a single task folder is refused
+        assert_one_line_error(again, "is a single task")
+        rerun = run_cli("images", root, "-j", "2")
+        assert sum(" present " in row for row in rerun.stdout.splitlines()) == 3
+    finally:
+        remove_built(docker_client)
+
+
+def test_images_usage_errors(tmp_path):
+    assert_one_line_error(run_cli("images", FIXTURE_TASKS, "-j", "0"), "--jobs must be at least 1")
+    assert_one_line_error(run_cli("images", tmp_path / "nope"), "no such folder")
+
+
+@pytest.mark.docker
+def test_check_logs_the_build_it_waits_for(docker_client, tmp_path):
+    root = tmp_path / "tasks"
+    fresh_build(root, "fresh")
+    result = run_cli("check", root)
+    try:
+        assert result.returncode == 0, result
+        lines = result.stderr.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("image build task=fresh"))
+        assert lines[start + 1].startswith("image build step task=fresh step=1/")
+        assert any(line.startswith("image built task=fresh ") for line in lines[start:])
+        assert not any(line.startswith(("reset ", "evaluate ")) for line in lines)  # check's own
+    finally:
+        remove_built(docker_client)

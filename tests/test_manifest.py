@@ -17,6 +17,8 @@ from harbor_openenv.manifest import (
     CopyError,
     copy_tasks,
     file_sha256,
+    read_manifest,
+    read_modes,
     verify_manifest,
     write_manifest,
 )
@@ -163,7 +165,7 @@ def test_manifest_is_sha256sum_compatible(tmp_path):
     copy_tasks(src, tmp_path / "env" / "tasks")
     manifest = tmp_path / "env" / MANIFEST_NAME
     count = write_manifest(tmp_path / "env" / "tasks", manifest)
-    lines = manifest.read_text().splitlines()
+    lines = [line for line in manifest.read_text().splitlines() if not line.startswith("#")]
     assert count == len(lines) == 6  # link.toml is hashed; the directory link is not
     names = [line.split("  ", 1)[1] for line in lines]
     assert names == sorted(names) and all(n.startswith("tasks/") for n in names)
@@ -239,3 +241,51 @@ def test_verify_one_folder(tmp_path):
         "extra: tasks/a/new.txt (not in tasks.sha256)"
     ]
     assert verify_manifest(manifest, under="tasks/zzz") == ["tasks/zzz: not in tasks.sha256"]
+
+
+def test_manifest_records_executable_files_where_sha256sum_does_not_look(tmp_path):
+    src = make_tree(tmp_path / "src")
+    (src / "a" / "back\\slash.sh").write_text("odd name")
+    (src / "a" / "back\\slash.sh").chmod(0o755)
+    tasks = tmp_path / "env" / "tasks"
+    copy_tasks(src, tasks)
+    manifest = tmp_path / "env" / MANIFEST_NAME
+    write_manifest(tasks, manifest)
+    text = manifest.read_text()
+    assert text.splitlines()[0] == manifest_module.MODES_HEADER
+    assert "# +x tasks/a/tests/test.sh\n" in text
+    assert read_modes(manifest) == {"tasks/a/tests/test.sh", "tasks/a/back\\slash.sh"}
+    entries, problems = read_manifest(manifest)
+    assert problems == [] and len(entries) == 7
+    if shutil.which("sha256sum"):
+        run = subprocess.run(
+            ["sha256sum", "--strict", "-c", MANIFEST_NAME],
+            cwd=tmp_path / "env",
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "improperly formatted" not in run.stderr
+
+    (tasks / "a" / "tests" / "test.sh").chmod(0o644)
+    (tasks / "a" / "task.toml").chmod(0o755)
+    assert verify_manifest(manifest) == []  # bytes only, as a server checks at reset
+    assert verify_manifest(manifest, modes=True) == [
+        "mode changed: tasks/a/link.toml (not executable in tasks.sha256)",  # a link to task.toml
+        "mode changed: tasks/a/task.toml (not executable in tasks.sha256)",
+        "mode changed: tasks/a/tests/test.sh (executable in tasks.sha256)",
+    ]
+    assert manifest_module.main([str(manifest)]) == 1
+
+
+def test_a_manifest_without_modes_still_verifies(tmp_path):
+    tasks = tmp_path / "tasks"
+    (tasks / "a").mkdir(parents=True)
+    (tasks / "a" / "run.sh").write_text("echo")
+    manifest = tmp_path / MANIFEST_NAME
+    write_manifest(tasks, manifest)
+    old = [line for line in manifest.read_text().splitlines(True) if not line.startswith("#")]
+    manifest.write_text("".join(old))  # as written before modes were recorded
+    (tasks / "a" / "run.sh").chmod(0o755)
+    assert read_modes(manifest) is None
+    assert verify_manifest(manifest, modes=True) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 from _template_helpers import tree_digest
 from conftest import ROOT
 
-from harbor_openenv.manifest import MANIFEST_NAME, verify_manifest
+from harbor_openenv.manifest import MANIFEST_NAME, read_modes, verify_manifest
 
 EXAMPLE = ROOT / "examples" / "dataset"
 
@@ -68,15 +69,23 @@ def test_sync_reports_and_applies_added_changed_removed(setup):
 
     done = sync(dataset, repo)
     assert done.returncode == 0, done.stderr
-    assert "2 added, 1 changed, 1 removed, 3 unchanged" in done.stdout
+    assert "2 added, 1 changed, 1 removed, 3 unchanged (replaced tasks/" in done.stdout
     assert tree_digest(repo / "tasks") == tree_digest(dataset / "tasks")
     assert verify_manifest(repo / MANIFEST_NAME) == []
     readme = (repo / "README.md").read_text()
     assert "| runnable (Docker container per episode) | 4 |" in readme_before
     assert "| runnable (Docker container per episode) | 5 |" in readme
 
+    written = {
+        p: (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in (repo / MANIFEST_NAME, repo / "README.md")
+    }
     again = sync(dataset, repo)
-    assert "0 added, 0 changed, 0 removed, 6 unchanged" in again.stdout
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == (
+        "0 added, 0 changed, 0 removed, 6 unchanged: tasks/ already up to date, nothing written\n"
+    )
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in written} == written
 
 
 def test_local_changes_are_refused_unless_forced(setup):
@@ -87,7 +96,7 @@ def test_local_changes_are_refused_unless_forced(setup):
     before = tree_digest(repo / "tasks")
 
     refused = sync(dataset, repo)
-    assert refused.returncode == 1
+    assert refused.returncode == 2  # a user's mistake, nothing written
     assert "local changes" in refused.stderr
     assert "changed: tasks/hello-world/tests/test.sh" in refused.stderr
     assert tree_digest(repo / "tasks") == before
@@ -102,12 +111,63 @@ def test_an_invalid_dataset_changes_nothing(setup):
     (dataset / "tasks" / "word-count" / "task.toml").write_text('[environment]\ncpus = "x"\n')
     before = tree_digest(repo / "tasks")
     result = sync(dataset, repo)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "word-count/task.toml: [environment].cpus" in result.stderr
     assert tree_digest(repo / "tasks") == before
 
 
 def test_not_an_environment_repo(tmp_path):
     result = sync(EXAMPLE, tmp_path)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "no tasks/ and tasks.sha256 here" in result.stderr
+
+
+def test_a_dataset_folder_that_is_not_there(setup):
+    _, repo = setup
+    result = sync(repo / "no-such-dataset", repo)
+    assert result.returncode == 2
+    assert "dataset folder not found" in result.stderr
+
+
+def test_mode_only_changes_are_synced(setup):
+    dataset, repo = setup
+    script = dataset / "tasks" / "hello-world" / "solution" / "solve.sh"
+    assert os.access(repo / "tasks" / "hello-world" / "solution" / "solve.sh", os.X_OK)
+    script.chmod(0o644)  # chmod -x, bytes unchanged
+
+    dry = sync(dataset, repo, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[0] == "changed: hello-world"
+    done = sync(dataset, repo)
+    assert done.returncode == 0, done.stderr
+    assert "0 added, 1 changed, 0 removed" in done.stdout
+    assert tree_digest(repo / "tasks") == tree_digest(dataset / "tasks")
+    assert "tasks/hello-world/solution/solve.sh" not in read_modes(repo / MANIFEST_NAME)
+    if shutil.which("sha256sum"):
+        check = subprocess.run(["sha256sum", "--strict", "-c", MANIFEST_NAME], cwd=repo)
+        assert check.returncode == 0
+
+    script.chmod(0o755)
+    assert "changed: hello-world" in sync(dataset, repo).stdout
+    assert os.access(repo / "tasks" / "hello-world" / "solution" / "solve.sh", os.X_OK)
+
+
+def test_a_local_chmod_is_a_local_change(setup):
+    dataset, repo = setup
+    (repo / "tasks" / "hello-world" / "solution" / "solve.sh").chmod(0o644)
+    refused = sync(dataset, repo)
+    assert refused.returncode == 2
+    assert "mode changed: tasks/hello-world/solution/solve.sh" in refused.stderr
+
+
+def test_a_manifest_without_modes_compares_the_files_modes(setup):
+    """A repo rendered before modes were recorded: its tasks/ files' own bits stand in."""
+    dataset, repo = setup
+    manifest = repo / MANIFEST_NAME
+    lines = manifest.read_text().splitlines(True)
+    manifest.write_text("".join(line for line in lines if not line.startswith("#")))
+    assert sync(dataset, repo).stdout.endswith("already up to date, nothing written\n")
+    (dataset / "tasks" / "hello-world" / "solution" / "solve.sh").chmod(0o644)
+    done = sync(dataset, repo)
+    assert done.stdout.startswith("changed: hello-world\n"), done.stdout + done.stderr
+    assert read_modes(manifest) is not None  # rewritten with modes

@@ -1,7 +1,8 @@
 """Serve Harbor task directories as an OpenEnv environment.
 
 The core (``dataset``, ``reward``, ``manifest``) needs only pydantic. Server and client names load
-lazily and need the ``server`` extra: ``pip install 'harbor-openenv[server]'``.
+lazily: the client (``HarborEnvClient``, ``agent_tools``, the models) needs the ``client`` extra
+(``pip install 'harbor-openenv[client]'``, websockets only), the server the ``server`` extra.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ def __getattr__(name: str):
     try:
         value = getattr(importlib.import_module(f".{module}", __name__), name)
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] in {"openenv", "docker", "fastapi", "uvicorn"}:
+        missing = exc.name.split(".")[0] if exc.name else None
+        extra = {"websockets": "client"}.get(missing, "server")
+        if missing in {"openenv", "docker", "fastapi", "uvicorn", "websockets"}:
             raise ImportError(
-                f"harbor_openenv.{name} needs the server extra ({exc.name} is not installed):"
-                " pip install 'harbor-openenv[server]'"
+                f"harbor_openenv.{name} needs the {extra} extra ({exc.name} is not installed):"
+                f" pip install 'harbor-openenv[{extra}]'"
             ) from exc
         raise
     globals()[name] = value

@@ -6,11 +6,15 @@ that ``create_app`` only builds when ``ENABLE_WEB_INTERFACE`` is true. OpenEnv s
 when gradio is not installed (it catches ModuleNotFoundError), so while openenv is imported here
 gradio is reported missing, unless the web interface is enabled. Afterwards gradio imports as
 usual. Every runtime module takes its OpenEnv names from here, so the first import decides.
+
+Without openenv (the ``client`` extra), the client-side names come from ``_light`` instead, and the
+server names raise ModuleNotFoundError for openenv.
 """
 
 from __future__ import annotations
 
 import importlib.abc
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -22,6 +26,7 @@ __all__ = [
     "ConcurrencyConfig",
     "EnvClient",
     "Environment",
+    "EnvironmentMetadata",
     "Observation",
     "State",
     "StepResult",
@@ -43,15 +48,38 @@ class _HideGradio(importlib.abc.MetaPathFinder):
         return None
 
 
-_hide = None if web_interface_enabled() else _HideGradio()
-if _hide is not None:
-    sys.meta_path.insert(0, _hide)
-try:
-    from openenv.core.client_types import StepResult
-    from openenv.core.env_client import EnvClient
-    from openenv.core.env_server.http_server import create_app
-    from openenv.core.env_server.interfaces import Environment
-    from openenv.core.env_server.types import Action, ConcurrencyConfig, Observation, State
-finally:
+HAVE_OPENENV = importlib.util.find_spec("openenv") is not None
+_SERVER_NAMES = {"ConcurrencyConfig", "Environment", "EnvironmentMetadata", "create_app"}
+
+if HAVE_OPENENV:
+    _hide = None if web_interface_enabled() else _HideGradio()
     if _hide is not None:
-        sys.meta_path.remove(_hide)
+        sys.meta_path.insert(0, _hide)
+    try:
+        from openenv.core.client_types import StepResult
+        from openenv.core.env_client import EnvClient
+        from openenv.core.env_server.http_server import create_app
+        from openenv.core.env_server.interfaces import Environment
+        from openenv.core.env_server.types import (
+            Action,
+            ConcurrencyConfig,
+            EnvironmentMetadata,
+            Observation,
+            State,
+        )
+    finally:
+        if _hide is not None:
+            sys.meta_path.remove(_hide)
+else:  # the client extra: the light stand-ins (see _light), no server
+    from ._light import Action, Observation, State, StepResult
+
+    def __getattr__(name: str):
+        if name == "EnvClient":
+            import websockets  # noqa: F401  (ModuleNotFoundError names the client extra's package)
+
+            from ._light import EnvClient
+
+            return EnvClient
+        if name in _SERVER_NAMES:
+            raise ModuleNotFoundError("No module named 'openenv'", name="openenv")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

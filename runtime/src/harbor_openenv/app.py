@@ -44,6 +44,7 @@ from fastapi import FastAPI
 from ._openenv import ConcurrencyConfig, create_app
 from .compose import remove_dead_scratch
 from .environment import HarborEnvironment, Runtime, Settings
+from .events import configure as configure_logging
 from .models import HarborObservation, HarborState, ServedAction
 
 log = logging.getLogger("harbor_openenv")
@@ -212,6 +213,7 @@ def build_app(
     session_timeout_s: float | None = None,
 ) -> FastAPI:
     """Create the OpenEnv app serving the tasks folder; arguments override the environment."""
+    configure_logging()  # episode and image lines on stderr, beside uvicorn's (see events)
     caller = sys._getframe(1).f_globals.get("__file__")
     root = Path(tasks or os.environ.get("HARBOR_OPENENV_TASKS") or _default_tasks(caller))
     sessions = max_sessions or int(os.environ.get("HARBOR_OPENENV_MAX_SESSIONS", "8"))

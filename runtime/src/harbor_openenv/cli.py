@@ -287,6 +287,9 @@ def _check_in_docker(root: Path, tasks: list[Task], jobs: int) -> list[CheckResu
         raise UsageError(
             f"check needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
         ) from None
+    from .events import configure_images
+
+    configure_images()  # image builds log their start and each step; check would be silent
     token = secrets.token_urlsafe(16)
     runtime = Runtime(root, Settings(orchestration_token=token))
     try:
@@ -390,6 +393,99 @@ def _report_check(results: list[CheckResult], json_target: str | None, seconds: 
             Path(json_target).write_text(text, encoding="utf-8")
 
 
+# -- images --------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImageResult:
+    image: str
+    tasks: list[str]
+    status: str = "failed"  # present, built, pulled or failed
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    """Build or pull every image the runnable tasks need, ``jobs`` at once, before serving."""
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    dataset = _open_dataset(args.dataset or Path(os.environ.get("HARBOR_OPENENV_TASKS") or "."))
+    try:
+        import docker
+
+        from .events import configure_images
+        from .image import ImageError, ImageResolver, task_images
+    except ImportError as exc:
+        raise UsageError(
+            f"images needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
+        ) from None
+    wanted: dict[str, tuple[Task, Any]] = {}
+    results: dict[str, ImageResult] = {}
+    problems = []
+    for task in dataset:
+        if task.kind is TaskKind.INVALID:
+            problems.append(f"{task.id}: is invalid: {'; '.join(task.problems)}")
+        elif task.kind is not TaskKind.RUNNABLE:
+            print(f"skipped {task.id} ({task.kind}: no image to build)", file=sys.stderr)
+            continue
+        else:
+            for ref, make in task_images(task):
+                wanted.setdefault(ref, (task, make))
+                results.setdefault(ref, ImageResult(ref, [])).tasks.append(task.id)
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+    except Exception as exc:
+        raise UsageError(f"cannot reach the Docker engine: {exc}") from None
+    configure_images()
+    resolver = ImageResolver(client)
+    total = len(wanted)
+    print(f"{total} image(s) for {len(dataset)} task(s), {args.jobs} at once", file=sys.stderr)
+
+    def make_one(ref: str) -> ImageResult:
+        task, make = wanted[ref]
+        result = results[ref]
+        started = time.monotonic()
+        try:
+            present = resolver.has(ref)
+            make(resolver)
+            source = task.image
+            pulled = source is not None and source.kind != "dockerfile" and ref == source.ref
+            result.status = "present" if present else ("pulled" if pulled else "built")
+        except (ImageError, docker.errors.DockerException) as exc:
+            result.error = str(exc).splitlines()[0]
+        result.seconds = round(time.monotonic() - started, 1)
+        return result
+
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=args.jobs, thread_name_prefix="images") as pool:
+        futures = [pool.submit(make_one, ref) for ref in wanted]
+        for done, future in enumerate(as_completed(futures), 1):
+            result = future.result()
+            what = result.status if result.error is None else f"FAILED: {result.error}"
+            print(
+                f"[{done}/{total}] {result.image} ({', '.join(result.tasks[:3])}"
+                f"{' ...' if len(result.tasks) > 3 else ''}): {what} in {result.seconds:.1f} s",
+                file=sys.stderr,
+            )
+    rows = [["IMAGE", "TASKS", "STATUS", "SECONDS"]]
+    rows += [[r.image, str(len(r.tasks)), r.status, f"{r.seconds:.1f}"] for r in results.values()]
+    if len(rows) > 1:
+        _print_table(rows, sys.stdout)
+    failed = [r for r in results.values() if r.error]
+    invalid = len(problems)
+    problems += [f"{r.image} ({', '.join(r.tasks)}): {r.error}" for r in failed]
+    for line in problems:
+        print(line)
+    print(
+        f"{total} image(s) in {time.monotonic() - started:.1f} s: {total - len(failed)} ready,"
+        f" {len(failed)} failed" + (f", {invalid} invalid task(s)" if invalid else "")
+    )
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
 # -- serve ---------------------------------------------------------------------------------------
 
 
@@ -442,10 +538,13 @@ def _read_token(path: Path) -> str:
 
 
 def cmd_sync_tasks(args: argparse.Namespace) -> int:
-    from .sync import SyncError, sync_tasks
+    from .sync import SyncError, SyncRefused, sync_tasks
 
     try:
         report = sync_tasks(args.dataset, args.repo, force=args.force, dry_run=args.dry_run)
+    except SyncRefused as exc:  # the repo, the dataset or local changes: nothing was written
+        print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except SyncError as exc:
         print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
         return EXIT_PROBLEMS
@@ -454,12 +553,17 @@ def cmd_sync_tasks(args: argparse.Namespace) -> int:
             print(f"{label}: {task_id}")
     for task_id in report.removed:
         print(f"removed: {task_id}")
-    verb = "would change" if args.dry_run else "changed"
-    print(
+    counts = (
         f"{len(report.added)} added, {len(report.changed)} changed, {len(report.removed)} removed,"
-        f" {report.unchanged} unchanged ({verb} tasks/"
-        + ("; dry run, nothing written)" if args.dry_run else ", tasks.sha256 rewritten)")
+        f" {report.unchanged} unchanged"
     )
+    if args.dry_run:
+        print(f"{counts} (dry run, nothing written)")
+    elif report.written:
+        readme = ", README counts updated" if report.readme_updated else ""
+        print(f"{counts} (replaced tasks/, tasks.sha256 rewritten{readme})")
+    else:
+        print(f"{counts}: tasks/ already up to date, nothing written")
     return EXIT_OK
 
 
@@ -541,6 +645,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--task", action="append", metavar="ID", help="check only this task (repeatable)"
     )
     check.set_defaults(run=cmd_check)
+
+    images = commands.add_parser(
+        "images",
+        help="build or pull every task image ahead of serving",
+        description="Build (environment/Dockerfile) or pull (docker_image) the image of every"
+        " runnable task, and any separate verifier's image, JOBS at once, so no reset waits for"
+        " one. Prints a line per image as it is ready and a table at the end; exits 1 when an"
+        " image fails or a task is invalid.",
+    )
+    images.add_argument(
+        "dataset",
+        type=Path,
+        nargs="?",
+        metavar="DATASET",
+        help=_DATASET_HELP + " (default: $HARBOR_OPENENV_TASKS or the current folder)",
+    )
+    images.add_argument("--jobs", "-j", type=int, default=2, help="images at once (default 2)")
+    images.set_defaults(run=cmd_images)
 
     serve = commands.add_parser(
         "serve",

@@ -28,6 +28,7 @@ import docker.errors
 
 from . import artifacts
 from ._openenv import Environment
+from .about import environment_metadata
 from .compose import ComposeSandbox
 from .dataset import (
     Dataset,
@@ -43,6 +44,7 @@ from .dataset import (
     verifier_mode,
 )
 from .disk import DiskGuard
+from .events import Timer, event
 from .helper import HelperError, HelperVolume
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
@@ -288,6 +290,11 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._verifier_dirs_used = False
         self._counted = False  # the episode counts against the warm pool's limit
         self._closed = False  # close() is final: a closed (e.g. reaped) session never acts again
+        self._evaluate_timer = Timer()
+
+    def get_metadata(self):
+        """The environment's name and version (its openenv.yaml), the runtime's in description."""
+        return environment_metadata(self._runtime.dataset.root)
 
     # -- episode -------------------------------------------------------------------------------
 
@@ -303,6 +310,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         if self._closed:
             return self._fail("reset", _CLOSED, done=True)
         self._end_episode()
+        timer = Timer()
         dataset = self._runtime.dataset
         self._state = HarborState(
             episode_id=episode_id or str(uuid.uuid4()), task_count=len(dataset)
@@ -317,9 +325,10 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             self._envs = _resolve_envs(task)
             self._task, self._step_index = task, 0
             self._step_metrics, self._step_info, self._verifier_dirs_used = [], [], False
+            image = self._runtime.images.resolve(task)
             self._sandbox = self._launch(
                 task,
-                self._runtime.images.resolve(task),
+                image,
                 config.environment,
                 env=self._envs.environment,
                 compose=task.compose_file is not None,
@@ -341,6 +350,8 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             self._end_episode()
             return self._fail("reset", str(exc), task_id=self._state.task_id, done=True)
         self._state.workdir = self._sandbox.workdir
+        episode = self._state.episode_id
+        event("reset", task=task.id, image=image, episode=episode, seconds=timer.seconds)
         return HarborObservation(
             action_type="reset",
             task_id=task.id,
@@ -539,7 +550,10 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             return self._fail(kind, f"refused: {exc}")
         except Exception as exc:
             if kind not in ORCHESTRATION_ACTIONS:
-                if not isinstance(exc, SandboxError):
+                if isinstance(exc, SandboxError):  # orchestration errors: _fail logs them
+                    task = self._state.task_id
+                    event("error", logging.WARNING, action=kind, task=task, error=str(exc))
+                else:
                     log.exception("%s failed in task %s", kind, self._state.task_id)
                 return self._fail(kind, str(exc) or repr(exc))
             # Whatever went wrong while /tests or /solution may be staged, the agent never acts
@@ -627,6 +641,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         """Stop the agent and run the (current step's) verifier, in this container or, for a
         separate verifier, in its own; then end the episode or move on to the next step."""
         task, step = self._task, self._step()
+        self._evaluate_timer = Timer()
         if verifier_mode(task.config, step) == "separate":
             self._sandbox.stop_processes()
             verdict = self._verify_separately(step)
@@ -703,6 +718,14 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
     ) -> HarborObservation:
         """Record the episode's reward, end the episode and answer the action that ended it."""
         self._state.evaluated, self._state.reward = True, reward
+        event(
+            "evaluate",
+            task=self._state.task_id,
+            episode=self._state.episode_id,
+            reward=reward,
+            seconds=self._evaluate_timer.seconds,
+            error=error,
+        )
         self._end_episode()
         return self._observe(
             action_type, reward=reward, done=True, error=error, output=output, info=info
@@ -842,6 +865,8 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def _fail(self, action_type: str, error: str, **fields) -> HarborObservation:
         fields.setdefault("task_id", self._state.task_id)
+        if action_type in ("reset", *ORCHESTRATION_ACTIONS):  # the agent's own errors are its own
+            event("error", logging.WARNING, action=action_type, task=fields["task_id"], error=error)
         return HarborObservation(action_type=action_type, error=error, **fields)
 
     def _end_episode(self) -> None:

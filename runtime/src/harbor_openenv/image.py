@@ -5,14 +5,20 @@ Registry images (``[metadata.repo2env.reproducibility] mode = "registry"``) are 
 where the task was generated (``local_only`` / ``inline_dockerfile``). Otherwise
 ``environment/Dockerfile`` is built and tagged by a content hash of ``environment/``, so identical
 environments build once and the tag survives restarts.
+
+Pulls and builds log their start, a build its progress (each Dockerfile step), and their end with
+the seconds taken, on the ``harbor_openenv`` logger (see ``events``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -20,11 +26,13 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from .dataset import Task
+from .dataset import Task, verifier_mode
+from .events import Timer, event
 
 IMAGE_REPOSITORY = "harbor-openenv/task"
 _IGNORED = {".git", ".DS_Store", "__pycache__"}
 _LOG_TAIL = 30
+_STEP = re.compile(r"^Step (\d+/\d+) : (.*)$")
 
 
 class ImageError(Exception):
@@ -92,6 +100,10 @@ class ImageResolver:
             )
         return self._once(ref, lambda: self._pull(task, ref))
 
+    def has(self, ref: str) -> bool:
+        """Whether the engine has the image ``ref``."""
+        return self._exists(ref)
+
     def _exists(self, ref: str) -> bool:
         try:
             self._client.images.get(ref)
@@ -128,18 +140,30 @@ class ImageResolver:
                 raise ImageError(self._failures[ref])
 
     def _pull(self, task: Task, ref: str) -> None:
+        event("image pull", task=task.id, image=ref)
+        timer = Timer()
         try:
             self._client.images.pull(ref)
         except docker.errors.APIError as exc:
-            raise ImageError(
-                f"{task.id}: pulling {ref!r} failed: {exc.explanation or exc}"
-            ) from None
+            error = f"{task.id}: pulling {ref!r} failed: {exc.explanation or exc}"
+            event("image pull failed", logging.WARNING, task=task.id, image=ref, error=error)
+            raise ImageError(error) from None
+        event("image pulled", task=task.id, image=ref, seconds=timer.seconds)
 
     def _build(self, task: Task, folder: Path, tag: str) -> None:
         timeout = task.config.environment.build_timeout_sec
+        where = folder.relative_to(task.path).as_posix()
+        event("image build", task=task.id, image=tag, dockerfile=f"{where}/Dockerfile")
+        timer = Timer()
         log: deque[str] = deque(maxlen=_LOG_TAIL)
+
+        def progress(line: str) -> None:
+            step = _STEP.match(line)
+            if step:
+                event("image build step", task=task.id, step=step[1], instruction=step[2][:200])
+
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-build")
-        future = pool.submit(self._stream_build, folder, tag, log)
+        future = pool.submit(self._stream_build, folder, tag, log, progress)
         try:
             error = future.result(timeout=timeout)
         except FutureTimeout:
@@ -149,10 +173,18 @@ class ImageResolver:
             pool.shutdown(wait=False)
         if error:
             tail = "\n".join(log)
-            where = folder.relative_to(task.path).as_posix()
+            event(
+                "image build failed",
+                logging.WARNING,
+                task=task.id,
+                image=tag,
+                seconds=timer.seconds,
+                error=error,
+            )
             raise ImageError(f"{task.id}: building {where}/Dockerfile failed: {error}\n{tail}")
+        event("image built", task=task.id, image=tag, seconds=timer.seconds)
 
-    def _stream_build(self, context: Path, tag: str, log: deque[str]) -> str | None:
+    def _stream_build(self, context: Path, tag: str, log: deque[str], progress=None) -> str | None:
         try:
             for chunk in self._client.api.build(
                 path=str(context),
@@ -164,9 +196,40 @@ class ImageResolver:
                 labels={"harbor-openenv.image": "task"},
             ):
                 if "stream" in chunk:
-                    log.extend(line for line in chunk["stream"].splitlines() if line.strip())
+                    for line in chunk["stream"].splitlines():
+                        if line.strip():
+                            log.append(line)
+                            if progress is not None:
+                                progress(line)
                 if "error" in chunk:
                     return chunk["error"].strip()
         except docker.errors.APIError as exc:
             return str(exc.explanation or exc)
         return None
+
+
+def task_images(task: Task) -> list[tuple[str, Callable[[ImageResolver], str]]]:
+    """The images a runnable task's episodes start: (reference, how a resolver makes it).
+
+    The agent's environment image, and each separate verifier's own image (``docker_image`` or
+    ``tests/Dockerfile``). A compose task's other services are docker compose's to pull or build.
+    """
+    images: dict[str, Callable[[ImageResolver], str]] = {}
+    source = task.image
+    if source is not None:
+        if source.kind == "dockerfile":
+            tag = f"{IMAGE_REPOSITORY}:{environment_hash(task.path / 'environment')}"
+            images[tag] = lambda resolver: resolver.resolve(task)
+        elif source.ref:
+            images[source.ref] = lambda resolver: resolver.resolve(task)
+    config = task.config
+    for step in config.steps or [None]:
+        if verifier_mode(config, step) != "separate":
+            continue
+        ref, folder = task.verifier_image_ref(step), task.verifier_image_dir(step)
+        if ref:
+            images.setdefault(ref, lambda resolver, ref=ref: resolver.use(task, ref))
+        elif folder:
+            tag = f"{IMAGE_REPOSITORY}:{environment_hash(folder)}"
+            images.setdefault(tag, lambda resolver, folder=folder: resolver.build(task, folder))
+    return list(images.items())

@@ -7,6 +7,11 @@ The manifest is a text file of `<sha256 hex>  <path>` lines, sorted by path, wit
 the manifest's directory, so `sha256sum -c tasks.sha256` run next to it checks every file. File
 names holding a backslash, newline or carriage return are escaped the way GNU `sha256sum` does it
 (a leading backslash on the line).
+
+The manifest also records which files are executable, the one mode bit git keeps: a header line
+(`MODES_HEADER`) and one `# +x <path>` line per executable file, after the checksums. sha256sum
+skips lines that start with `#`, so `sha256sum -c` still checks the file. A manifest without the
+header (written before modes were recorded) says nothing about modes.
 """
 
 from __future__ import annotations
@@ -26,14 +31,18 @@ __all__ = [
     "MANIFEST_NAME",
     "CopyError",
     "copy_tasks",
+    "executable",
     "file_sha256",
     "listed_files",
     "read_manifest",
+    "read_modes",
     "verify_manifest",
     "write_manifest",
 ]
 
 MANIFEST_NAME = "tasks.sha256"
+MODES_HEADER = "# harbor-openenv manifest: a '# +x PATH' line marks an executable file"
+EXEC_MARK = "# +x "
 CHUNK_SIZE = 1 << 20  # hash in 1 MiB chunks so big files never sit in memory whole
 COPY_THREADS = 2  # one copies while the other waits on the disk (4 measured no better on 2 cores)
 
@@ -49,6 +58,11 @@ def file_sha256(path: Path) -> str:
         while chunk := f.read(CHUNK_SIZE):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def executable(path: Path | str) -> bool:
+    """Whether the file (what a link points to) has its owner's execute bit, the bit git keeps."""
+    return bool(os.stat(path).st_mode & stat.S_IXUSR)
 
 
 def _walk(top: str) -> Iterator[tuple[str, os.DirEntry[str], str]]:
@@ -296,7 +310,7 @@ def write_manifest(
 
     Paths are relative to the manifest's directory (`tasks/<task>/task.toml` for the usual layout).
     digests, when given, is what `copy_tasks` returned for this tasks_dir: the files are then not
-    read again.
+    read again. Executable files get a `# +x` line (see the module's docstring).
     """
     tasks_dir, manifest = Path(tasks_dir), Path(manifest)
     if digests is None:
@@ -305,10 +319,14 @@ def write_manifest(
         prefix = _names_prefix(tasks_dir, manifest)
         entries = sorted((prefix + rel, digest) for rel, digest in digests.items())
         entries = [(name, digest) for name, digest in entries if name != manifest.name]
-    lines = []
+    lines, marks = [MODES_HEADER + "\n"], []
+    base = manifest.parent
     for rel, digest in entries:
         prefix, name = _escape(rel)
         lines.append(f"{prefix}{digest}  {name}\n")
+        if executable(base / rel):
+            marks.append(f"{EXEC_MARK}{prefix}{name}\n")
+    lines += marks
     tmp = manifest.with_name(manifest.name + ".tmp")
     with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
         f.writelines(lines)
@@ -322,7 +340,7 @@ def read_manifest(manifest: Path) -> tuple[dict[str, str], list[str]]:
     problems: list[str] = []
     text = manifest.read_text(encoding="utf-8", errors="surrogateescape")
     for number, line in enumerate(text.split("\n"), 1):
-        if not line:
+        if not line or line.startswith("#"):  # sha256sum skips these too; modes are read_modes'
             continue
         escaped = line.startswith("\\")
         if escaped:
@@ -335,12 +353,28 @@ def read_manifest(manifest: Path) -> tuple[dict[str, str], list[str]]:
     return entries, problems
 
 
-def verify_manifest(manifest: Path, under: str | None = None) -> list[str]:
+def read_modes(manifest: Path) -> set[str] | None:
+    """The paths the manifest marks executable; None for a manifest that records no modes."""
+    text = Path(manifest).read_text(encoding="utf-8", errors="surrogateescape")
+    lines = text.split("\n")
+    if lines[0] != MODES_HEADER:
+        return None
+    marked = set()
+    for line in lines[1:]:
+        if line.startswith(EXEC_MARK):
+            name = line[len(EXEC_MARK) :]
+            marked.add(_unescape(name[1:]) if name.startswith("\\") else name)
+    return marked
+
+
+def verify_manifest(manifest: Path, under: str | None = None, *, modes: bool = False) -> list[str]:
     """Check the files listed in manifest; return readable problems, empty when all match.
 
     Reports changed and missing files, and extra files under the top-level folders the manifest
     covers (usually just `tasks/`). With ``under`` (a folder relative to the manifest, such as
-    ``tasks/hello-world``), only that folder is checked.
+    ``tasks/hello-world``), only that folder is checked. With ``modes``, a file whose execute bit
+    differs from what the manifest records is reported too (nothing for manifests without modes);
+    off by default, as uploads that drop mode bits should not stop a server.
     """
     manifest = Path(manifest)
     if not manifest.is_file():
@@ -356,12 +390,16 @@ def verify_manifest(manifest: Path, under: str | None = None) -> list[str]:
         ]
         if not entries and not extras:
             problems.append(f"{under}: not in {manifest.name}")
+    marked = read_modes(manifest) if modes else None
     for rel, digest in sorted(entries.items()):
         path = base / rel
         if not path.is_file():
             problems.append(f"missing: {rel}")
         elif file_sha256(path) != digest:
             problems.append(f"changed: {rel} (sha256 differs from {manifest.name})")
+        elif marked is not None and executable(path) != (rel in marked):
+            was = "executable" if rel in marked else "not executable"
+            problems.append(f"mode changed: {rel} ({was} in {manifest.name})")
     roots = {rel.split("/", 1)[0] for rel in entries if "/" in rel and not rel.startswith("../")}
     for root in sorted(roots) if under is None else ():
         if (base / root).is_dir():
@@ -375,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m harbor_openenv.manifest [MANIFEST]`: verify, print problems, exit 1 if any."""
     args = sys.argv[1:] if argv is None else argv
     manifest = Path(args[0] if args else MANIFEST_NAME)
-    problems = verify_manifest(manifest)
+    problems = verify_manifest(manifest, modes=True)
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:

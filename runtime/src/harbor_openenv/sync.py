@@ -18,9 +18,11 @@ from .manifest import (
     MANIFEST_NAME,
     CopyError,
     copy_tasks,
+    executable,
     file_sha256,
     listed_files,
     read_manifest,
+    read_modes,
     verify_manifest,
     write_manifest,
 )
@@ -31,28 +33,32 @@ KINDS = ("runnable", "text-only", "unsupported", "invalid")
 
 
 class SyncError(Exception):
+    """The dataset cannot be copied (the copy failed); nothing was written."""
+
+
+class SyncRefused(SyncError):
     """The dataset or the environment repo cannot be used as asked; nothing was written."""
 
 
 def open_dataset(source: Path) -> tuple[Dataset, dict[str, list[Task]]]:
     """The dataset under ``source`` with its tasks by kind; invalid or empty datasets raise."""
     if not source.is_dir():
-        raise SyncError(f"dataset folder not found: {source}")
+        raise SyncRefused(f"dataset folder not found: {source}")
     try:
         dataset = Dataset(find_tasks_root(source))
         ids = dataset.ids
     except DatasetError as exc:
-        raise SyncError(
+        raise SyncRefused(
             f"{exc}\nGive the folder that holds the task folders (at its root or under tasks/)."
         ) from None
     if not ids:
-        raise SyncError(f"no task found under {dataset.root}")
+        raise SyncRefused(f"no task found under {dataset.root}")
     by_kind: dict[str, list[Task]] = {kind: [] for kind in KINDS}
     for task in dataset:
         by_kind[task.kind.value].append(task)
     if by_kind["invalid"]:
         problems = [p for task in by_kind["invalid"] for p in task.problems]
-        raise SyncError(
+        raise SyncRefused(
             f"{len(by_kind['invalid'])} invalid task(s) in {dataset.root}; fix them (or remove"
             " them from the dataset) and try again:\n  " + "\n  ".join(problems)
         )
@@ -106,6 +112,7 @@ class SyncReport:
     removed: list[str] = field(default_factory=list)
     unchanged: int = 0
     readme_updated: bool = False
+    written: bool = False  # False when nothing differed (or a dry run): tasks/ left untouched
 
 
 def sync_tasks(
@@ -124,14 +131,14 @@ def sync_tasks(
     """
     tasks_dir, manifest = repo / "tasks", repo / MANIFEST_NAME
     if not manifest.is_file() or not tasks_dir.is_dir():
-        raise SyncError(
+        raise SyncRefused(
             f"{repo}: no tasks/ and {MANIFEST_NAME} here; run this in an environment repo"
             " rendered by the harbor-openenv template"
         )
-    local = verify_manifest(manifest)
+    local = verify_manifest(manifest, modes=True)
     if local and not force:
         shown = "\n  ".join(local[:20]) + ("\n  ..." if len(local) > 20 else "")
-        raise SyncError(
+        raise SyncRefused(
             f"tasks/ has local changes that a sync would overwrite:\n  {shown}\n"
             "Move them into the dataset, or pass --force to discard them."
         )
@@ -152,26 +159,37 @@ def sync_tasks(
     write_manifest(tasks_dir, manifest, digests)
     shutil.rmtree(outgoing)
     report.readme_updated = write_summary(repo / "README.md", summary_markdown(by_kind))
+    report.written = True
     return report
 
 
 def _compare(dataset: Dataset, tasks_dir: Path, manifest: Path) -> SyncReport:
-    """Which tasks the dataset adds, changes or removes relative to the manifest."""
-    old: dict[str, dict[str, str]] = {}
+    """Which tasks the dataset adds, changes or removes relative to the manifest.
+
+    A file differs when its bytes or its execute bit do. The execute bits on the repo's side are
+    the manifest's; for a manifest that records none (an older one), those of the files in tasks/.
+    """
+    old: dict[str, dict[str, tuple[str, bool]]] = {}
     entries, _ = read_manifest(manifest)
+    marked = read_modes(manifest)
     old_ids = set(Dataset(tasks_dir).ids)
+    base = manifest.parent
     for rel, digest in entries.items():
         parts = rel.removeprefix("tasks/").split("/")
         for depth in range(1, len(parts)):
             task_id = "/".join(parts[:depth])
             if task_id in old_ids:
-                old.setdefault(task_id, {})["/".join(parts[depth:])] = digest
+                if marked is not None:
+                    is_exec = rel in marked
+                else:
+                    is_exec = (base / rel).is_file() and executable(base / rel)
+                old.setdefault(task_id, {})["/".join(parts[depth:])] = (digest, is_exec)
                 break
     report = SyncReport()
     for task_id in dataset.ids:
         root = dataset.root / task_id
         files = {
-            rel: file_sha256(path)
+            rel: (file_sha256(path), executable(path))
             for rel, path in listed_files(root, root / MANIFEST_NAME)
             if path.is_file()
         }

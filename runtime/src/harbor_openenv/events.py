@@ -1,0 +1,115 @@
+"""One log line per thing worth knowing: episodes, image builds and pulls, errors.
+
+Everything goes to the ``harbor_openenv`` logger. ``event("reset", task=..., image=...)`` logs
+``reset task=hello-world image=python:3.12-slim seconds=0.84`` as text, or with
+``HARBOR_OPENENV_LOG_FORMAT=json`` one JSON object per line::
+
+    {"time": "2026-11-30T21:05:00.123Z", "level": "info", "logger": "harbor_openenv",
+     "event": "reset", "task": "hello-world", "image": "python:3.12-slim", "seconds": 0.84}
+
+Lines logged without ``event`` (warnings) carry ``message`` instead. ``configure()`` gives the
+logger its own stderr handler (uvicorn configures only its own loggers, and the root logger has
+none, so without it INFO lines would be lost); ``HARBOR_OPENENV_LOG_LEVEL`` sets its level
+(default INFO). Where the logger already has a handler (an application configured it), nothing
+changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+log = logging.getLogger("harbor_openenv")
+
+FORMAT_VARIABLE = "HARBOR_OPENENV_LOG_FORMAT"
+LEVEL_VARIABLE = "HARBOR_OPENENV_LOG_LEVEL"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return str(round(value, 3))
+    text = str(value)
+    return json.dumps(text) if (not text or any(c.isspace() or c in '"=' for c in text)) else text
+
+
+def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
+    """Log one event line: its name, then ``key=value`` for each field that is not None."""
+    if not log.isEnabledFor(level):
+        return
+    shown = {key: value for key, value in fields.items() if value is not None}
+    message = " ".join([name, *(f"{key}={_text(value)}" for key, value in shown.items())])
+    log.log(level, message, extra={"harbor_event": name, "harbor_fields": shown})
+
+
+class Timer:
+    """Seconds since it was made, rounded for a log line."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        return round(time.monotonic() - self.start, 3)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        out: dict[str, Any] = {
+            "time": f"{stamp}.{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+        }
+        name = getattr(record, "harbor_event", None)
+        if name is not None:
+            out["event"] = name
+            out.update(record.harbor_fields)  # type: ignore[attr-defined]
+        else:
+            out["message"] = record.getMessage()
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s harbor_openenv: %(message)s"
+
+
+def configure(stream=None) -> None:
+    """Give the ``harbor_openenv`` logger a stderr handler in the chosen format, once."""
+    if log.handlers:
+        return
+    handler = logging.StreamHandler(stream or sys.stderr)
+    if os.environ.get(FORMAT_VARIABLE, "text").strip().lower() == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    log.addHandler(handler)
+    try:
+        log.setLevel(os.environ.get(LEVEL_VARIABLE, "INFO").strip().upper() or "INFO")
+    except ValueError:  # an unknown level name
+        log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+class _ClearLine(logging.Formatter):
+    """On a terminal, clear the line first (a command's updating progress line may be on it)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\r\033[K" + super().format(record)
+
+
+def configure_images(stream=None) -> None:
+    """For the commands that pull and build (check, images): image lines only, as plain text."""
+    if log.handlers:
+        return
+    out = stream or sys.stderr
+    handler = logging.StreamHandler(out)
+    handler.setFormatter((_ClearLine if out.isatty() else logging.Formatter)("%(message)s"))
+    handler.addFilter(lambda record: getattr(record, "harbor_event", "").startswith("image"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
