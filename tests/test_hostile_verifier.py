@@ -338,10 +338,13 @@ def test_disk_use_is_bounded_by_default(docker_client, tasks):
     limit: a task's storage_mb, else HARBOR_OPENENV_DISK_MB."""
     server = Server(tasks, HARBOR_OPENENV_DISK_MB="200", HARBOR_OPENENV_DISK_CHECK_S="1")
     try:
-        with server.client() as env:  # one write past the limit: the exec's own check ends it
+        with server.client() as env:  # one write past the limit: the check after it ends it
             env.reset(task_id="grade")
             env.exec("head -c 300M /dev/zero > big")
-            result = env.exec("echo after")
+            for _ in range(20):  # the check runs in the background, as the exec returns
+                result = env.exec("sleep 0.25")
+                if result.done:
+                    break
             assert result.done and result.reward is None, result.observation
             assert "over its limit of 200 MB" in result.observation.error
         with server.client() as env:  # a background writer: the periodic check ends it
