@@ -166,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--runtime-wheel-only", action="store_true", help="only --build-runtime (on update)"
     )
+    parser.add_argument(
+        "--invalid-tasks",
+        choices=("refuse", "keep"),
+        default="refuse",
+        help="keep: copy invalid tasks as they are (the server refuses them with their reasons)",
+    )
     args = parser.parse_args(argv)
     if args.runtime_wheel_only:
         if args.build_runtime:
@@ -182,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     if wheel is not None and not wheel.is_file():
         fail(f"runtime_pin: wheel file not found: {wheel} (python -m build --wheel runtime)")
     try:
-        dataset, by_kind = sync.open_dataset(source)
+        dataset, by_kind = sync.open_dataset(source, allow_invalid=args.invalid_tasks == "keep")
     except sync.SyncError as exc:
         fail(str(exc).replace("try again", "run copier again"))
     root, count = dataset.root, len(dataset)
@@ -203,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     for task in by_kind["unsupported"]:
         for problem in task.problems:
             print(f"  WARNING (unsupported, kept but not runnable): {problem}", file=sys.stderr)
+    for task in by_kind["invalid"]:  # only with --invalid-tasks keep
+        for problem in task.problems:
+            print(
+                f"  WARNING (invalid, copied as it is, refused at reset): {problem}",
+                file=sys.stderr,
+            )
 
     dest = args.dest.resolve()
     tasks_dir = dest / "tasks"

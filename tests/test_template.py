@@ -434,3 +434,32 @@ def test_copy_task_shows_progress_for_big_datasets(tmp_path):
     assert run.stderr.count("copying tasks:") <= 25
     assert "serves **1** task:" in (dest / "README.md").read_text()
     assert verify_manifest(dest / MANIFEST_NAME) == []
+
+
+def test_a_dataset_with_invalid_tasks_renders_only_when_asked(tmp_path):
+    """Real datasets carry helper folders with a task.toml and no instruction.md (harbor run
+    skips them): refused by default, naming them; with allow_invalid_tasks, copied byte for byte,
+    listed, and refused at reset with their reasons."""
+    from harbor_openenv.dataset import Dataset, TaskKind
+
+    dataset = tmp_path / "dataset"
+    write_task(dataset / "good")
+    (dataset / "templates" / "base").mkdir(parents=True)
+    (dataset / "templates" / "base" / "task.toml").write_text("[verifier]\ntimeout_sec = 60.0\n")
+
+    refused = run_copier(tmp_path / "refused", f"dataset_path={dataset}")
+    assert refused.returncode != 0
+    assert "templates/base/instruction.md" in refused.stderr
+    assert "allow_invalid_tasks=true" in refused.stderr
+    assert not (tmp_path / "refused").exists()
+
+    dst = tmp_path / "kept"
+    kept = run_copier(dst, f"dataset_path={dataset}", "allow_invalid_tasks=true")
+    assert kept.returncode == 0, kept.stderr
+    assert "WARNING (invalid, copied as it is, refused at reset): templates/base" in kept.stderr
+    assert tree_digest(dst / "tasks") == tree_digest(dataset)
+    readme = (dst / "README.md").read_text()
+    assert "| invalid (copied as they are; reset refuses them" in readme
+    assert "- `templates/base`: templates/base/instruction.md: missing" in readme
+    task = Dataset(dst / "tasks")["templates/base"]
+    assert task.kind is TaskKind.INVALID and "instruction.md" in task.problems[0]

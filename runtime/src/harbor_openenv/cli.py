@@ -541,7 +541,13 @@ def cmd_sync_tasks(args: argparse.Namespace) -> int:
     from .sync import SyncError, SyncRefused, sync_tasks
 
     try:
-        report = sync_tasks(args.dataset, args.repo, force=args.force, dry_run=args.dry_run)
+        report = sync_tasks(
+            args.dataset,
+            args.repo,
+            force=args.force,
+            dry_run=args.dry_run,
+            allow_invalid=args.allow_invalid,
+        )
     except SyncRefused as exc:  # the repo, the dataset or local changes: nothing was written
         print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -690,7 +696,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Make tasks/ of an environment repo a byte-for-byte copy of DATASET and"
         " rewrite tasks.sha256 and the README's dataset summary; reports added, changed and"
         " removed tasks. Refuses when tasks/ has local changes (files differing from"
-        " tasks.sha256) unless --force, and refuses datasets with invalid tasks.",
+        " tasks.sha256) unless --force, and refuses datasets with invalid tasks unless"
+        " --allow-invalid.",
     )
     sync.add_argument("dataset", type=Path, metavar="DATASET", help=_DATASET_HELP)
     sync.add_argument(
@@ -698,6 +705,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sync.add_argument("--force", action="store_true", help="discard local changes to tasks/")
     sync.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    sync.add_argument(
+        "--allow-invalid",
+        action="store_true",
+        help="keep invalid tasks (copied as they are, refused at reset with their reasons)",
+    )
     sync.set_defaults(run=cmd_sync_tasks)
 
     update = commands.add_parser(

@@ -40,8 +40,11 @@ class SyncRefused(SyncError):
     """The dataset or the environment repo cannot be used as asked; nothing was written."""
 
 
-def open_dataset(source: Path) -> tuple[Dataset, dict[str, list[Task]]]:
-    """The dataset under ``source`` with its tasks by kind; invalid or empty datasets raise."""
+def open_dataset(
+    source: Path, *, allow_invalid: bool = False
+) -> tuple[Dataset, dict[str, list[Task]]]:
+    """The dataset under ``source`` with its tasks by kind; an empty dataset raises, and so does
+    one with invalid tasks unless ``allow_invalid`` (they are then kept, and refused at reset)."""
     if not source.is_dir():
         raise SyncRefused(f"dataset folder not found: {source}")
     try:
@@ -56,11 +59,13 @@ def open_dataset(source: Path) -> tuple[Dataset, dict[str, list[Task]]]:
     by_kind: dict[str, list[Task]] = {kind: [] for kind in KINDS}
     for task in dataset:
         by_kind[task.kind.value].append(task)
-    if by_kind["invalid"]:
+    if by_kind["invalid"] and not allow_invalid:
         problems = [p for task in by_kind["invalid"] for p in task.problems]
         raise SyncRefused(
             f"{len(by_kind['invalid'])} invalid task(s) in {dataset.root}; fix them (or remove"
-            " them from the dataset) and try again:\n  " + "\n  ".join(problems)
+            " them from the dataset) and try again, or keep them as they are, refused at reset"
+            " with their reasons (copier: -d allow_invalid_tasks=true; sync-tasks:"
+            " --allow-invalid):\n  " + "\n  ".join(problems)
         )
     return dataset, by_kind
 
@@ -77,8 +82,13 @@ def summary_markdown(by_kind: dict[str, list[Task]]) -> str:
         f"| text-only (scored client-side against `solution/patch.diff`) "
         f"| {len(by_kind['text-only'])} |",
         f"| unsupported by this runtime (listed, not runnable) | {len(by_kind['unsupported'])} |",
-        "",
     ]
+    if by_kind["invalid"]:
+        lines.append(
+            f"| invalid (copied as they are; reset refuses them with the reasons below)"
+            f" | {len(by_kind['invalid'])} |"
+        )
+    lines.append("")
     shown = 50
     for kind, label in (("text-only", "Text-only tasks"), ("unsupported", "Unsupported tasks")):
         tasks = by_kind[kind]
@@ -87,6 +97,14 @@ def summary_markdown(by_kind: dict[str, list[Task]]) -> str:
             more = f" and {len(tasks) - shown} more" if len(tasks) > shown else ""
             lines.append(f"{label}: {names}{more}.")
             lines.append("")
+    if by_kind["invalid"]:
+        lines.append("Invalid tasks:")
+        lines.append("")
+        for task in by_kind["invalid"][:shown]:
+            lines.append(f"- `{task.id}`: " + "; ".join(task.problems))
+        if len(by_kind["invalid"]) > shown:
+            lines.append(f"- and {len(by_kind['invalid']) - shown} more")
+        lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -122,12 +140,13 @@ def sync_tasks(
     force: bool = False,
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    allow_invalid: bool = False,
 ) -> SyncReport:
     """Make ``repo/tasks`` a byte-for-byte copy of the dataset at ``source``.
 
     Refuses when tasks/ differs from the repo's tasks.sha256 (local changes would be lost) unless
-    ``force``; refuses invalid datasets; replaces tasks/ in one rename, then rewrites the manifest
-    and the README's dataset summary.
+    ``force``; refuses datasets with invalid tasks unless ``allow_invalid``; replaces tasks/ in
+    one rename, then rewrites the manifest and the README's dataset summary.
     """
     tasks_dir, manifest = repo / "tasks", repo / MANIFEST_NAME
     if not manifest.is_file() or not tasks_dir.is_dir():
@@ -142,7 +161,7 @@ def sync_tasks(
             f"tasks/ has local changes that a sync would overwrite:\n  {shown}\n"
             "Move them into the dataset, or pass --force to discard them."
         )
-    dataset, by_kind = open_dataset(source)
+    dataset, by_kind = open_dataset(source, allow_invalid=allow_invalid)
     report = _compare(dataset, tasks_dir, manifest)
     if dry_run or not (report.added or report.changed or report.removed or local):
         return report
