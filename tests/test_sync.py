@@ -171,3 +171,19 @@ def test_a_manifest_without_modes_compares_the_files_modes(setup):
     done = sync(dataset, repo)
     assert done.stdout.startswith("changed: hello-world\n"), done.stdout + done.stderr
     assert read_modes(manifest) is not None  # rewritten with modes
+
+
+def test_invalid_tasks_are_refused_unless_allowed(setup):
+    dataset, repo = setup
+    helper = dataset / "tasks" / "templates" / "base"
+    helper.mkdir(parents=True)
+    (helper / "task.toml").write_text("[verifier]\ntimeout_sec = 60.0\n")
+    refused = sync(dataset, repo)
+    assert refused.returncode == 2, refused
+    assert "templates/base/instruction.md" in refused.stderr and "--allow-invalid" in refused.stderr
+    kept = sync(dataset, repo, "--allow-invalid")
+    assert kept.returncode == 0, kept.stderr
+    assert "added: templates/base" in kept.stdout
+    assert (repo / "tasks" / "templates" / "base" / "task.toml").is_file()
+    assert "- `templates/base`:" in (repo / "README.md").read_text()
+    assert verify_manifest(repo / MANIFEST_NAME) == []
