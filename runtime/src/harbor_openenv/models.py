@@ -8,7 +8,6 @@ from pydantic import ConfigDict, Field
 
 from ._openenv import Action, Observation, State
 
-AGENT_ACTIONS = ("exec", "read", "write", "list")
 ORCHESTRATION_ACTIONS = ("evaluate", "solve")
 
 
