@@ -95,9 +95,26 @@ def trainer(readme: str, port: int) -> str:
     return snippet.replace(agent_call, 'env.write("hello.txt", "Hello, world!\\n")')
 
 
-def run_trainer(snippet: str, cwd: Path) -> str:
+def trainer_venv(readme: str, cwd: Path) -> Path:
+    """A fresh virtual environment (the trainer's) with the README's client install run in it."""
+    venv = cwd.parent / f"trainer-venv-{uuid.uuid4().hex[:8]}"
+    subprocess.run([str(VENV_BIN / "python"), "-m", "venv", str(venv)], check=True)
+    install = readme_block(readme, "trainer-install")
+    environ = {
+        **os.environ,
+        "PATH": f"{venv / 'bin'}:{os.environ['PATH']}",
+        "VIRTUAL_ENV": str(venv),
+    }
     result = subprocess.run(
-        [str(VENV_BIN / "python"), "-c", snippet],
+        ["bash", "-c", install], cwd=cwd, env=environ, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return venv
+
+
+def run_trainer(snippet: str, cwd: Path, venv: Path) -> str:
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", snippet],
         cwd=cwd,
         env={**os.environ, "HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN},
         capture_output=True,
@@ -166,7 +183,7 @@ def test_compose_route(checkout):
     shell(up, cwd=env)
     try:
         assert wait_healthy(f"http://127.0.0.1:{port}"), shell("docker compose logs", env)
-        out = run_trainer(trainer(readme, port), env)
+        out = run_trainer(trainer(readme, port), env, trainer_venv(readme, env))
         assert "reward: 1.0" in out, out
     finally:
         shell("docker compose down", cwd=env)
@@ -197,7 +214,7 @@ def test_docker_route_and_update(checkout):
         assert wait_healthy(f"http://127.0.0.1:{port}"), "the server did not come up"
         metadata = httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=5).json()
         print("metadata:", metadata)
-        out = run_trainer(trainer(readme, port), env)
+        out = run_trainer(trainer(readme, port), env, trainer_venv(readme, env))
         assert "reward: 1.0" in out, out
     finally:
         server.terminate()  # docker run passes the signal on; the server removes its tasks
