@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
+import importlib.util
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN, build_runtime_wheel
+from conftest import ROOT, TOKEN, build_runtime_wheel
 
 pytestmark = pytest.mark.docker
 
@@ -86,13 +86,14 @@ def test_client_extra_names_what_to_install():
 
 
 def site_packages_mb(venv: Path) -> float:
-    total = 0
-    for folder, _, files in os.walk(next(venv.glob("lib/python*/site-packages"))):
-        for name in files:
-            path = Path(folder, name)
-            if not path.is_symlink():
-                total += path.stat().st_size
-    return total / 1e6
+    """bench/install_size.py's measure, so the test and the benchmark count alike."""
+    spec = importlib.util.spec_from_file_location(
+        "install_size", ROOT / "bench" / "install_size.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.site_packages_mb(venv)
 
 
 def fresh_venv(tmp_path: Path, requirement: str) -> Path:
