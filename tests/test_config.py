@@ -49,7 +49,7 @@ def test_every_field_parses_from_its_variable():
     for name, (_, expected) in GIVEN.items():
         value = getattr(settings, name)
         assert value == expected and type(value) is type(expected), name
-        assert expected != getattr(Settings(), name), f"{name}: pick a value that is not its default"
+        assert expected != getattr(Settings(), name), f"{name}: give a value other than its default"
 
 
 def test_unset_or_empty_variables_keep_the_defaults():
@@ -99,7 +99,9 @@ def test_zero_only_where_it_means_off(name):
 
 
 def test_whole_numbers_refuse_fractions():
-    with pytest.raises(ValueError, match="HARBOR_OPENENV_MAX_SESSIONS='1.5' is not a number"):
+    with pytest.raises(
+        ValueError, match=re.escape("HARBOR_OPENENV_MAX_SESSIONS='1.5' is not a number")
+    ):
         Settings.from_env({"HARBOR_OPENENV_MAX_SESSIONS": "1.5"})
 
 
@@ -130,11 +132,17 @@ def test_importing_reads_no_environment():
 
 def _readme_variables() -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Server settings", 1)[1]
-    rows = re.findall(r"^\|(.*?)\|", section.split("\n\n", 2)[1], flags=re.M)
+    lines = text.split("### Server settings", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    assert table[0].startswith("| variable |"), table[0]
     found = []
-    for cell in rows[2:]:  # after the header and its --- line
-        found += re.findall(r"`(HARBOR_OPENENV_\w+)`", cell)
+    for row in table[2:]:  # after the header and its --- line: the first cell's variables
+        found += re.findall(r"`(HARBOR_OPENENV_\w+)`", row.split("|")[1])
     return found
 
 
