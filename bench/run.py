@@ -268,10 +268,12 @@ def main() -> None:
     server = Server(TASKS, HARBOR_OPENENV_MAX_SESSIONS=str(args.sessions + 4))
     pooled = Server(TASKS, HARBOR_OPENENV_POOL_SIZE="2", HARBOR_OPENENV_DEFAULT_TASK=TASK)
     try:
+        from harbor_openenv.config import Settings
         from harbor_openenv.dataset import Dataset
         from harbor_openenv.image import ImageResolver
 
-        image, reps = ImageResolver(client).resolve(Dataset(TASKS)[TASK]), args.reps
+        resolver = ImageResolver(client, build_network=Settings.from_env().build_network)
+        image, reps = resolver.resolve(Dataset(TASKS)[TASK]), args.reps
         # Interleaved, one repetition of each at a time, so load from elsewhere hits both alike.
         pairs, warm = [], []
         for _ in range(reps):

@@ -24,7 +24,7 @@ from conftest import FIXTURE_TASKS, Server, runtime_containers, wait_until
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from harbor_openenv.environment import Settings
+from harbor_openenv.config import Settings
 
 pytestmark = pytest.mark.docker
 

@@ -4,7 +4,8 @@ OpenEnv's default ``Environment.get_metadata`` names the Python class and says v
 environment repo rendered by the template has an ``openenv.yaml`` beside its ``tasks/`` folder
 (the environment's name, version and description, the same answers as its ``pyproject.toml``);
 those are what ``/metadata`` returns. ``HARBOR_OPENENV_ENV_NAME`` and ``HARBOR_OPENENV_ENV_VERSION``
-override them (for ``harbor-openenv serve`` on a folder without ``openenv.yaml``). OpenEnv's
+(``Settings.env_name``, ``env_version``) override them (for ``harbor-openenv serve`` on a folder
+without ``openenv.yaml``). OpenEnv's
 ``EnvironmentMetadata`` allows no extra field, so the runtime's own version goes at the end of the
 description ("served by harbor-openenv X").
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,15 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=8)
-def environment_about(tasks_root: Path) -> dict[str, Any]:
-    """name, version, description and readme_content for the environment serving tasks_root."""
+def environment_about(
+    tasks_root: Path, name: str | None = None, version: str | None = None
+) -> dict[str, Any]:
+    """name, version, description and readme_content for the environment serving tasks_root;
+    ``name`` and ``version``, when given, win over its ``openenv.yaml``."""
     home = Path(tasks_root).resolve().parent
     manifest = _read_manifest(home / MANIFEST)
-    name = os.environ.get("HARBOR_OPENENV_ENV_NAME") or manifest.get("name") or home.name
-    version = os.environ.get("HARBOR_OPENENV_ENV_VERSION") or manifest.get("version")
+    name = name or manifest.get("name") or home.name
+    version = version or manifest.get("version")
     description = str(manifest.get("description") or f"Harbor tasks from {tasks_root}").rstrip()
     readme = home / "README.md"
     return {
@@ -54,8 +57,8 @@ def environment_about(tasks_root: Path) -> dict[str, Any]:
     }
 
 
-def environment_metadata(tasks_root: Path):
+def environment_metadata(tasks_root: Path, name: str | None = None, version: str | None = None):
     """OpenEnv's ``EnvironmentMetadata`` for the environment serving tasks_root."""
     from ._openenv import EnvironmentMetadata
 
-    return EnvironmentMetadata(**environment_about(tasks_root))
+    return EnvironmentMetadata(**environment_about(tasks_root, name, version))

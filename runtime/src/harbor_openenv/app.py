@@ -1,29 +1,9 @@
 """``build_app()``: the FastAPI app a rendered environment's ``server/app.py`` exposes.
 
-Environment variables (all optional):
-
-- ``HARBOR_OPENENV_TASKS``: the tasks folder (default: ``tasks/`` beside the calling app)
-- ``HARBOR_OPENENV_MAX_SESSIONS``: concurrent WebSocket sessions, and running episodes whichever
-  route started them (default 8)
-- ``HARBOR_OPENENV_SESSION_TIMEOUT_S``: seconds a session may wait for its next message before
-  its socket is closed and its container removed (default 1800)
-- ``HARBOR_OPENENV_EXEC_TIMEOUT_S``: default and cap of one exec (default 300)
-- ``HARBOR_OPENENV_MAX_OUTPUT_BYTES``: exec output kept per call (default 1 MiB)
-- ``HARBOR_OPENENV_MAX_WRITE_BYTES``: largest file content one write accepts (default 8 MiB)
-- ``HARBOR_OPENENV_MAX_READ_BYTES``: largest file content one read returns (default 8 MiB)
-- ``HARBOR_OPENENV_SOLVE_TIMEOUT_S``: solve.sh's and setup.sh's timeout when the task sets none
-  (default 1800)
-- ``HARBOR_OPENENV_PIDS_LIMIT``: most processes in one task container (default 1024)
-- ``HARBOR_OPENENV_DEFAULT_CPUS`` / ``HARBOR_OPENENV_DEFAULT_MEMORY_MB``: limits for tasks whose
-  task.toml sets none (default 1 CPU, 2048 MB)
-- ``HARBOR_OPENENV_DISK_MB``: an episode's files, for tasks without storage_mb (default 10240;
-  0: unbounded); ``HARBOR_OPENENV_DISK_CHECK_S``: how often it is measured (default 2)
-- ``HARBOR_OPENENV_MAX_REWARD_BYTES``: largest reward file read (default 1 MiB);
-  ``HARBOR_OPENENV_MAX_ARTIFACT_BYTES``: a separate verifier's artifacts together (default 1 GiB)
-- ``HARBOR_OPENENV_ORCHESTRATION_TOKEN``: enables evaluate/solve for callers that send it
-- ``HARBOR_OPENENV_DEFAULT_TASK``: the task a reset without a choice starts
-- ``HARBOR_OPENENV_POOL_SIZE``: pre-started containers kept per task image and run options, so a
-  reset hands one out instead of starting one (default 0: off; see ``pool``)
+Its settings (the tasks folder, session limits, exec and file limits, the orchestration token,
+the warm pool, logging) come from one ``config.Settings``: given, or read by
+``Settings.from_env()`` from the ``HARBOR_OPENENV_*`` variables (README's "Server settings"
+lists them all, with their defaults).
 """
 
 from __future__ import annotations
@@ -33,7 +13,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -43,50 +22,12 @@ from fastapi import FastAPI
 
 from ._openenv import ConcurrencyConfig, create_app
 from .compose import remove_dead_scratch
-from .environment import HarborEnvironment, Runtime, Settings
+from .config import Settings
+from .environment import HarborEnvironment, Runtime
 from .events import configure as configure_logging
 from .models import HarborObservation, HarborState, ServedAction
 
 log = logging.getLogger("harbor_openenv")
-
-
-def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
-    env = os.environ if environ is None else environ
-    defaults = Settings()
-
-    def number(name: str, default: float, kind=float, *, zero: bool = False):
-        raw = env.get(name)
-        if raw is None or raw == "":
-            return default
-        try:
-            value = kind(raw)
-        except ValueError:
-            raise ValueError(f"{name}={raw!r} is not a number") from None
-        if value < 0 or (value == 0 and not zero):
-            raise ValueError(f"{name}={raw!r} must be {'0 or more' if zero else 'greater than 0'}")
-        return value
-
-    return Settings(
-        exec_timeout_s=number("HARBOR_OPENENV_EXEC_TIMEOUT_S", defaults.exec_timeout_s),
-        max_output_bytes=number("HARBOR_OPENENV_MAX_OUTPUT_BYTES", defaults.max_output_bytes, int),
-        max_write_bytes=number("HARBOR_OPENENV_MAX_WRITE_BYTES", defaults.max_write_bytes, int),
-        max_read_bytes=number("HARBOR_OPENENV_MAX_READ_BYTES", defaults.max_read_bytes, int),
-        solve_timeout_s=number("HARBOR_OPENENV_SOLVE_TIMEOUT_S", defaults.solve_timeout_s),
-        pids_limit=number("HARBOR_OPENENV_PIDS_LIMIT", defaults.pids_limit, int),
-        default_cpus=number("HARBOR_OPENENV_DEFAULT_CPUS", defaults.default_cpus),
-        default_memory_mb=number(
-            "HARBOR_OPENENV_DEFAULT_MEMORY_MB", defaults.default_memory_mb, int
-        ),
-        disk_mb=number("HARBOR_OPENENV_DISK_MB", defaults.disk_mb, int, zero=True),
-        disk_check_s=number("HARBOR_OPENENV_DISK_CHECK_S", defaults.disk_check_s),
-        max_reward_bytes=number("HARBOR_OPENENV_MAX_REWARD_BYTES", defaults.max_reward_bytes, int),
-        max_artifact_bytes=number(
-            "HARBOR_OPENENV_MAX_ARTIFACT_BYTES", defaults.max_artifact_bytes, int
-        ),
-        orchestration_token=env.get("HARBOR_OPENENV_ORCHESTRATION_TOKEN") or None,
-        default_task=env.get("HARBOR_OPENENV_DEFAULT_TASK") or None,
-        pool_size=number("HARBOR_OPENENV_POOL_SIZE", defaults.pool_size, int, zero=True),
-    )
 
 
 class _ObjectMessagesOnly:
@@ -212,13 +153,18 @@ def build_app(
     max_sessions: int | None = None,
     session_timeout_s: float | None = None,
 ) -> FastAPI:
-    """Create the OpenEnv app serving the tasks folder; arguments override the environment."""
-    configure_logging()  # episode and image lines on stderr, beside uvicorn's (see events)
+    """Create the OpenEnv app serving the tasks folder.
+
+    ``settings`` default to ``Settings.from_env()`` (ValueError names a malformed variable);
+    ``tasks``, ``max_sessions`` and ``session_timeout_s`` override theirs.
+    """
+    settings = settings or Settings.from_env()
+    configure_logging(settings)  # episode and image lines on stderr, beside uvicorn's (see events)
     caller = sys._getframe(1).f_globals.get("__file__")
-    root = Path(tasks or os.environ.get("HARBOR_OPENENV_TASKS") or _default_tasks(caller))
-    sessions = max_sessions or int(os.environ.get("HARBOR_OPENENV_MAX_SESSIONS", "8"))
-    runtime = Runtime(root, settings or settings_from_env(), max_sessions=sessions)
-    idle = session_timeout_s or float(os.environ.get("HARBOR_OPENENV_SESSION_TIMEOUT_S", "1800"))
+    root = Path(tasks or settings.tasks or _default_tasks(caller))
+    sessions = max_sessions or settings.max_sessions
+    runtime = Runtime(root, settings, max_sessions=sessions)
+    idle = session_timeout_s or settings.session_timeout_s
     app = create_app(
         functools.partial(HarborEnvironment, runtime),
         ServedAction,  # the token never leaves the server (the web page logs whole actions)

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from ._version import __version__
+from .config import Settings
 from .dataset import (
     TASK_FILE,
     Dataset,
@@ -282,7 +282,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_in_docker(root: Path, tasks: list[Task], jobs: int) -> list[CheckResult]:
     """Check ``tasks`` on one in-process runtime; its containers go even on Ctrl-C or SIGTERM."""
     try:
-        from .environment import Runtime, Settings
+        from .environment import Runtime
     except ImportError as exc:
         raise UsageError(
             f"check needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
@@ -291,7 +291,9 @@ def _check_in_docker(root: Path, tasks: list[Task], jobs: int) -> list[CheckResu
 
     configure_images()  # image builds log their start and each step; check would be silent
     token = secrets.token_urlsafe(16)
-    runtime = Runtime(root, Settings(orchestration_token=token))
+    # The server's defaults, but for the build network (a check builds images as the server does).
+    build_network = _settings().build_network
+    runtime = Runtime(root, Settings(orchestration_token=token, build_network=build_network))
     try:
         runtime.docker.ping()
     except Exception as exc:
@@ -409,7 +411,8 @@ def cmd_images(args: argparse.Namespace) -> int:
     """Build or pull every image the runnable tasks need, ``jobs`` at once, before serving."""
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
-    dataset = _open_dataset(args.dataset or Path(os.environ.get("HARBOR_OPENENV_TASKS") or "."))
+    settings = _settings()
+    dataset = _open_dataset(args.dataset or settings.tasks or Path("."))
     try:
         import docker
 
@@ -438,7 +441,7 @@ def cmd_images(args: argparse.Namespace) -> int:
     except Exception as exc:
         raise UsageError(f"cannot reach the Docker engine: {exc}") from None
     configure_images()
-    resolver = ImageResolver(client)
+    resolver = ImageResolver(client, build_network=settings.build_network)
     total = len(wanted)
     print(f"{total} image(s) for {len(dataset)} task(s), {args.jobs} at once", file=sys.stderr)
 
@@ -490,7 +493,8 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    tasks = args.tasks or Path(os.environ.get("HARBOR_OPENENV_TASKS") or ".")
+    settings = _settings()
+    tasks = args.tasks or settings.tasks or Path(".")
     root = _open_dataset(tasks).root
     if args.token is not None:
         raise UsageError(
@@ -498,7 +502,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             " /proc); give the token in HARBOR_OPENENV_ORCHESTRATION_TOKEN or a file (--token-file)"
         )
     if args.token_file is not None:
-        os.environ["HARBOR_OPENENV_ORCHESTRATION_TOKEN"] = _read_token(args.token_file)
+        token = _read_token(args.token_file)
+        settings = replace(settings, orchestration_token=token)
     try:
         import uvicorn
 
@@ -507,10 +512,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(
             f"serve needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
         ) from None
-    try:
-        app = build_app(root)
-    except ValueError as exc:  # a malformed HARBOR_OPENENV_* variable
-        raise UsageError(str(exc)) from None
+    app = build_app(root, settings=settings)
     if app.state.runtime.settings.orchestration_token is None:
         print(
             "note: no HARBOR_OPENENV_ORCHESTRATION_TOKEN (or --token-file): evaluate and solve"
@@ -520,6 +522,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"serving {root} on http://{args.host}:{args.port}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port)
     return EXIT_OK
+
+
+def _settings() -> Settings:
+    """The server settings from the ``HARBOR_OPENENV_*`` variables; a malformed one: UsageError."""
+    try:
+        return Settings.from_env()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _read_token(path: Path) -> str:

@@ -163,10 +163,10 @@ class ComposeSandbox(Sandbox):
     ) -> ComposeSandbox:
         """Start the project (``up --wait``, sidecar healthchecks included) and attach to main.
 
-        Services the task's compose file builds (sidecars) build on ``build_network`` (default
-        ``HARBOR_OPENENV_BUILD_NETWORK``), as the task's own image does.
+        Services the task's compose file builds (sidecars) build on ``build_network`` (the
+        server's ``Settings.build_network``; None: the engine's default), as the task's own image
+        does.
         """
-        build_network = build_network or os.environ.get("HARBOR_OPENENV_BUILD_NETWORK")
         name = f"harbor-openenv-{uuid.uuid4().hex[:12]}"
         scratch = _make_scratch(owner)
         main: dict = {

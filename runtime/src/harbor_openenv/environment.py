@@ -30,6 +30,7 @@ from . import artifacts
 from ._openenv import Environment
 from .about import environment_metadata
 from .compose import ComposeSandbox
+from .config import Settings
 from .dataset import (
     Dataset,
     DatasetError,
@@ -70,37 +71,20 @@ _TEST_STDOUT = "test-stdout.txt"
 _TESTS_DIR = "/tests"
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Server-wide limits and switches (see ``app.settings_from_env`` for their variables)."""
-
-    exec_timeout_s: float = 300.0
-    max_output_bytes: int = 1 << 20
-    max_read_bytes: int = 8 << 20
-    max_write_bytes: int = 8 << 20
-    solve_timeout_s: float = 1800.0
-    pids_limit: int = 1024
-    # Limits for tasks whose task.toml sets none (Harbor then sets none either).
-    default_cpus: float = 1.0
-    default_memory_mb: int = 2048
-    max_reward_bytes: int = 1 << 20  # each of reward.json, reward.txt, reward-details.json
-    max_artifact_bytes: int = 1 << 30  # a separate verifier's artifacts together
-    disk_mb: int = 10240  # an episode's files, for tasks without storage_mb (0: unbounded)
-    disk_check_s: float = 2.0  # how often the disk guard measures every running episode
-    orchestration_token: str | None = None
-    default_task: str | None = None
-    pool_size: int = 0  # pre-started containers kept per container spec (0: no warm pool)
-
-
 class Runtime:
     """What every session of one server shares: the dataset, the engine, the image cache, the
     warm pool (whose idle containers and the running episodes stay within ``max_sessions``)."""
 
     def __init__(
-        self, tasks_root: Path, settings: Settings | None = None, *, max_sessions: int = 8
+        self,
+        tasks_root: Path,
+        settings: Settings | None = None,
+        *,
+        max_sessions: int | None = None,
     ) -> None:
         self.dataset = Dataset(tasks_root)
         self.settings = settings or Settings()
+        max_sessions = max_sessions or self.settings.max_sessions
         self.owner = server_identity()
         self._docker: docker.DockerClient | None = None
         self._resolver: ImageResolver | None = None
@@ -151,7 +135,8 @@ class Runtime:
                     client.ping()
                 except docker.errors.DockerException as exc:
                     raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
-                self._docker, self._resolver = client, ImageResolver(client)
+                self._docker = client
+                self._resolver = ImageResolver(client, build_network=self.settings.build_network)
             return self._docker
 
     @property
@@ -294,7 +279,10 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def get_metadata(self):
         """The environment's name and version (its openenv.yaml), the runtime's in description."""
-        return environment_metadata(self._runtime.dataset.root)
+        settings = self._runtime.settings
+        return environment_metadata(
+            self._runtime.dataset.root, name=settings.env_name, version=settings.env_version
+        )
 
     # -- episode -------------------------------------------------------------------------------
 
@@ -401,6 +389,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
                 env=env,
                 pids_limit=spec.pids_limit,
                 helper_volume=spec.helper_volume,
+                build_network=runtime.settings.build_network,
             )
             spec = None
         else:

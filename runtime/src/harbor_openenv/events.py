@@ -2,7 +2,7 @@
 
 Everything goes to the ``harbor_openenv`` logger. ``event("reset", task=..., image=...)`` logs
 ``reset task=hello-world image=python:3.12-slim seconds=0.84`` as text, or with
-``HARBOR_OPENENV_LOG_FORMAT=json`` one JSON object per line::
+``HARBOR_OPENENV_LOG_FORMAT=json`` (``Settings.log_format``) one JSON object per line::
 
     {"time": "2026-11-30T21:05:00.123Z", "level": "info", "logger": "harbor_openenv",
      "event": "reset", "task": "hello-world", "image": "python:3.12-slim", "seconds": 0.84}
@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from typing import Any
 
-log = logging.getLogger("harbor_openenv")
+from .config import Settings
 
-FORMAT_VARIABLE = "HARBOR_OPENENV_LOG_FORMAT"
-LEVEL_VARIABLE = "HARBOR_OPENENV_LOG_LEVEL"
+log = logging.getLogger("harbor_openenv")
 
 
 def _text(value: Any) -> str:
@@ -78,18 +76,19 @@ class JsonFormatter(logging.Formatter):
 TEXT_FORMAT = "%(asctime)s %(levelname)s harbor_openenv: %(message)s"
 
 
-def configure(stream=None) -> None:
-    """Give the ``harbor_openenv`` logger a stderr handler in the chosen format, once."""
+def configure(settings: Settings | None = None, stream=None) -> None:
+    """Give the ``harbor_openenv`` logger a stderr handler in the settings' format, once."""
     if log.handlers:
         return
+    settings = settings or Settings()
     handler = logging.StreamHandler(stream or sys.stderr)
-    if os.environ.get(FORMAT_VARIABLE, "text").strip().lower() == "json":
+    if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     log.addHandler(handler)
     try:
-        log.setLevel(os.environ.get(LEVEL_VARIABLE, "INFO").strip().upper() or "INFO")
+        log.setLevel(settings.log_level.strip().upper() or "INFO")
     except ValueError:  # an unknown level name
         log.setLevel(logging.INFO)
     log.propagate = False

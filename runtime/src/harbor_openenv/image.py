@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import threading
 from collections import deque
@@ -61,7 +60,7 @@ class ImageResolver:
 
     def __init__(self, client: docker.DockerClient, *, build_network: str | None = None) -> None:
         self._client = client
-        self._build_network = build_network or os.environ.get("HARBOR_OPENENV_BUILD_NETWORK")
+        self._build_network = build_network  # None: the engine's default
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Event] = {}
         self._failures: dict[str, str] = {}

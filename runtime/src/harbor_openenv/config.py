@@ -1,0 +1,185 @@
+"""Every ``HARBOR_OPENENV_*`` server setting, in one frozen :class:`Settings`.
+
+Each field is read from the variable named ``HARBOR_OPENENV_`` + its name in capitals (``pool_size``
+from ``HARBOR_OPENENV_POOL_SIZE``) by :meth:`Settings.from_env`, the one place the runtime reads its
+settings from the environment; ``build_app``, ``Runtime`` and the CLI pass the object down. An
+unset or empty variable keeps the default. README's "Server settings" table lists the same
+variables (tests/test_config.py keeps the two in step). OpenEnv's own ``ENABLE_WEB_INTERFACE``
+stays OpenEnv's (see ``_openenv``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PREFIX = "HARBOR_OPENENV_"
+LOG_FORMATS = ("text", "json")
+
+
+def _about(doc: str, kind: type = str, *, zero: bool = False) -> dict[str, Any]:
+    """A field's metadata: one line of doc, how its variable parses (``zero``: 0 means off)."""
+    return {"doc": doc, "kind": kind, "zero": zero}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Server-wide limits and switches; ``Settings()`` is every default."""
+
+    tasks: Path | None = field(
+        default=None,
+        metadata=_about(
+            "the tasks folder (default: tasks/ beside the app; the CLI: the current folder)", Path
+        ),
+    )
+    max_sessions: int = field(
+        default=8,
+        metadata=_about(
+            "concurrent WebSocket sessions, and running episodes whichever route started them", int
+        ),
+    )
+    session_timeout_s: float = field(
+        default=1800.0,
+        metadata=_about(
+            "seconds a session may wait for its next message before it is closed", float
+        ),
+    )
+    exec_timeout_s: float = field(
+        default=300.0, metadata=_about("default and cap of one exec", float)
+    )
+    max_output_bytes: int = field(
+        default=1 << 20, metadata=_about("exec output kept per call", int)
+    )
+    max_write_bytes: int = field(
+        default=8 << 20, metadata=_about("largest file content one write accepts", int)
+    )
+    max_read_bytes: int = field(
+        default=8 << 20, metadata=_about("largest file content one read returns", int)
+    )
+    solve_timeout_s: float = field(
+        default=1800.0,
+        metadata=_about("solve.sh's and setup.sh's timeout when the task sets none", float),
+    )
+    pids_limit: int = field(
+        default=1024, metadata=_about("most processes in one task container", int)
+    )
+    default_cpus: float = field(
+        default=1.0, metadata=_about("CPU quota of a task whose task.toml sets none", float)
+    )
+    default_memory_mb: int = field(
+        default=2048, metadata=_about("memory limit of a task whose task.toml sets none", int)
+    )
+    disk_mb: int = field(
+        default=10240,
+        metadata=_about(
+            "an episode's files, for tasks without storage_mb (0: unbounded)", int, zero=True
+        ),
+    )
+    disk_check_s: float = field(
+        default=2.0,
+        metadata=_about("how often the disk guard measures every running episode", float),
+    )
+    max_reward_bytes: int = field(
+        default=1 << 20,
+        metadata=_about(
+            "largest reward file evaluate reads (each of reward.json, .txt, details)", int
+        ),
+    )
+    max_artifact_bytes: int = field(
+        default=1 << 30,
+        metadata=_about("a separate verifier's artifacts together, on the server's disk", int),
+    )
+    orchestration_token: str | None = field(
+        default=None,
+        metadata=_about("enables evaluate/solve for callers that send it (unset: refused)"),
+    )
+    default_task: str | None = field(
+        default=None, metadata=_about("what a reset without a choice starts (first task)")
+    )
+    build_network: str | None = field(
+        default=None,
+        metadata=_about("network for task image builds, sidecars' too (default: the engine's)"),
+    )
+    pool_size: int = field(
+        default=0,
+        metadata=_about(
+            "pre-started containers kept per container spec (0: no warm pool)", int, zero=True
+        ),
+    )
+    log_format: str = field(
+        default="text", metadata=_about("the server's own log lines: text, or json (one a line)")
+    )
+    log_level: str = field(
+        default="INFO", metadata=_about("level of logger harbor_openenv (WARNING: errors only)")
+    )
+    env_name: str | None = field(
+        default=None, metadata=_about("/metadata's name (default: from openenv.yaml)")
+    )
+    env_version: str | None = field(
+        default=None, metadata=_about("/metadata's version (default: from openenv.yaml)")
+    )
+
+    @staticmethod
+    def variable(name: str) -> str:
+        """The environment variable of field ``name``."""
+        return PREFIX + name.upper()
+
+    @classmethod
+    def variables(cls) -> dict[str, dataclasses.Field]:
+        """Every variable the settings read, with its field."""
+        return {cls.variable(f.name): f for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``environ`` (default ``os.environ``); ValueError names a bad variable."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for variable, f in cls.variables().items():
+            raw = env.get(variable)
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _parse(variable, raw, f.metadata["kind"], f.metadata["zero"])
+        values = _checked(values)
+        return cls(**values)
+
+
+def _parse(variable: str, raw: str, kind: type, zero: bool) -> Any:
+    if kind is str:
+        return raw
+    if kind is Path:
+        return Path(raw)
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(f"{variable}={raw!r} is not a number") from None
+    if not value == value or value in (float("inf"), float("-inf")):  # nan, inf
+        raise ValueError(f"{variable}={raw!r} is not a finite number")
+    if value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{variable}={raw!r} must be {'0 or more' if zero else 'greater than 0'}")
+    return value
+
+
+def _checked(values: dict[str, Any]) -> dict[str, Any]:
+    """Normalise and check the log settings (the only strings with a fixed set of values)."""
+    if "log_format" in values:
+        fmt = values["log_format"].strip().lower()
+        if fmt not in LOG_FORMATS:
+            raise ValueError(
+                f"{Settings.variable('log_format')}={values['log_format']!r} must be"
+                f" {' or '.join(LOG_FORMATS)}"
+            )
+        values["log_format"] = fmt
+    if "log_level" in values:
+        level = values["log_level"].strip().upper()
+        if level and not isinstance(logging.getLevelName(level), int):
+            raise ValueError(
+                f"{Settings.variable('log_level')}={values['log_level']!r} is not a log level"
+                " (DEBUG, INFO, WARNING, ERROR, CRITICAL)"
+            )
+        values["log_level"] = level or "INFO"
+    return values
