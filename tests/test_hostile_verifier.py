@@ -349,7 +349,7 @@ def test_disk_use_is_bounded_by_default(docker_client, tasks):
             assert "over its limit of 200 MB" in result.observation.error
         with server.client() as env:  # a background writer: the periodic check ends it
             env.reset(task_id="grade")
-            env.exec("setsid sh -c 'head -c 2G /dev/zero > big' </dev/null >/dev/null 2>&1 &")
+            env.exec("setsid sh -c 'head -c 8G /dev/zero > big' </dev/null >/dev/null 2>&1 &")
             env.exec("sleep 4")  # the guard stops every agent process, this one too
             (found,) = runtime_containers(docker_client, server.owner_prefix)
             size = docker_client.api._result(
@@ -358,8 +358,8 @@ def test_disk_use_is_bounded_by_default(docker_client, tasks):
                 ),
                 True,
             )["SizeRw"]
-            print(f"disk guard: a 2 GiB background write stopped at {size / 2**20:.0f} MB")
-            assert size < 1 << 30
+            print(f"disk guard: an 8 GiB background write stopped at {size / 2**20:.0f} MB")
+            assert size < 4 << 30  # stopped long before its end (how far: the disk's speed)
             result = env.evaluate()
             assert result.done and "over its limit" in (result.observation.error or "")
     finally:

@@ -337,6 +337,11 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         except (DatasetError, ImageError, SandboxError) as exc:
             self._end_episode()
             return self._fail("reset", str(exc), task_id=self._state.task_id, done=True)
+        except Exception as exc:  # a bug: answer with it, never leave a half-started episode
+            log.exception("reset failed in task %s", self._state.task_id)
+            self._end_episode()
+            problem = f"reset failed: {exc!r}"
+            return self._fail("reset", problem, task_id=self._state.task_id, done=True)
         self._state.workdir = self._sandbox.workdir
         episode = self._state.episode_id
         event("reset", task=task.id, image=image, episode=episode, seconds=timer.seconds)
