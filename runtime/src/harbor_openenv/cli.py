@@ -416,6 +416,7 @@ def cmd_images(args: argparse.Namespace) -> int:
     try:
         import docker
 
+        from . import engine
         from .events import configure_images
         from .image import ImageError, ImageResolver, task_images
     except ImportError as exc:
@@ -436,8 +437,7 @@ def cmd_images(args: argparse.Namespace) -> int:
                 wanted.setdefault(ref, (task, make))
                 results.setdefault(ref, ImageResult(ref, [])).tasks.append(task.id)
     try:
-        client = docker.from_env(timeout=300)
-        client.ping()
+        client = engine.connect()
     except Exception as exc:
         raise UsageError(f"cannot reach the Docker engine: {exc}") from None
     configure_images()

@@ -26,7 +26,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from . import artifacts
+from . import artifacts, engine
 from ._openenv import Environment
 from .about import environment_metadata
 from .compose import ComposeSandbox
@@ -131,8 +131,8 @@ class Runtime:
         with self._lock:
             if self._docker is None:
                 try:
-                    client = docker.from_env(timeout=300)
-                    client.ping()
+                    # Each session's thread, the warm pool and the disk guard share it.
+                    client = engine.connect(concurrency=self.pool.limit + 8)
                 except docker.errors.DockerException as exc:
                     raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
                 self._docker = client
