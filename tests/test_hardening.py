@@ -384,6 +384,8 @@ def test_load_with_disconnects_and_a_server_kill(docker_client, tasks):
                 reply = json.loads(ws.recv(timeout=300))
                 with lock:
                     completed.append((1.0 if solved else 0.0, reply["data"]["reward"]))
+                    if reply["data"]["observation"]["error"] is not None:
+                        failures.append(reply["data"]["observation"]["error"])
                 ws.close()
             except Exception as exc:
                 if not stop.is_set():  # set just before the kill: later errors are expected

@@ -54,6 +54,7 @@ class TooLargeError(SandboxError):
 VerifierDirs = tuple[str, str, str, str]
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
 _HELPER_TRIES = 20
+_EXIT_WAIT_S = 30.0  # longest wait for the engine to record an ended exec's exit code
 _QUOTA_REFUSED = False  # the engine said --storage-opt size does not work here
 
 
@@ -466,12 +467,18 @@ class Sandbox:
         return ExecResult(exit_code, output, truncated, timed_out)
 
     def _exit_code(self, exec_id: str) -> int | None:
-        for _ in range(50):
+        """The exit code of an exec whose output has ended. The engine records it a moment
+        later, and under load that moment has passed half a second: wait up to
+        :data:`_EXIT_WAIT_S` (None: still not recorded by then)."""
+        deadline, pause = time.monotonic() + _EXIT_WAIT_S, 0.005
+        while True:
             info = self._client.api.exec_inspect(exec_id)
             if not info.get("Running"):
                 return info.get("ExitCode")
-            time.sleep(0.01)
-        return None
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
     def stop_processes(self, prepare: VerifierDirs | None = None) -> None:
         """Kill every process but the baseline's, whatever its name, user or state, with the
@@ -498,9 +505,12 @@ class Sandbox:
                 " every slot"
             )
         problem = {97: "could not stop the agent's processes", 98: "cannot prepare the verifier"}
+        if result.exit_code is None:
+            why = "timed out" if result.timed_out else "the engine recorded no exit code"
+            raise SandboxError(f"the runtime helper did not finish ({why})")
         raise SandboxError(
-            f"{problem.get(result.exit_code or 0, 'the runtime helper failed')}:"
-            f" {result.output.strip()[-1000:]}"
+            f"{problem.get(result.exit_code, 'the runtime helper failed')}"
+            f" (exit code {result.exit_code}): {result.output.strip()[-1000:]}"
         )
 
     def mark_baseline(self) -> None:
