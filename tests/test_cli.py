@@ -336,9 +336,15 @@ def test_driver_walks_steps_until_done():
 
 
 @pytest.mark.docker
-def test_check_removes_its_containers_on_ctrl_c(docker_client, check_dataset):
+@pytest.mark.parametrize("sigint", ["inherited", "ignored"])
+def test_check_removes_its_containers_on_ctrl_c(docker_client, check_dataset, sigint):
+    """``ignored``: started as a non-interactive shell starts a background command (SIGINT
+    ignored, which Python keeps); the check must still stop on SIGINT."""
+    command = [*CLI, "check", str(check_dataset), "--task", "hanging"]
+    if sigint == "ignored":  # exec keeps the process id and the ignored signal
+        command = ["bash", "-c", 'trap "" INT; exec "$@"', "bash", *command]
     process = subprocess.Popen(
-        [*CLI, "check", str(check_dataset), "--task", "hanging"],
+        command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

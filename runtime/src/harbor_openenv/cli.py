@@ -7,13 +7,14 @@ Docker, uvicorn) when they run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import secrets
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -299,24 +300,29 @@ def _check_in_docker(root: Path, tasks: list[Task], jobs: int) -> list[CheckResu
     except Exception as exc:
         raise UsageError(f"cannot reach the Docker engine: {exc}") from None
     checker = _Checker(runtime, token)
-    previous = _on_sigterm(_interrupt)
     try:
-        return _run_checks(checker, tasks, jobs)
+        with _interruptible():
+            return _run_checks(checker, tasks, jobs)
     finally:
-        _on_sigterm(previous)
         checker.stop.set()
         runtime.shutdown()
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _on_sigterm(handler: Any) -> Any:
-    """Install a SIGTERM handler (main thread only); returns the previous one."""
-    if handler is None or threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, handler)
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt meanwhile (main thread only), whatever the
+    process inherited: a shell starts background commands with SIGINT ignored, Python then leaves
+    it ignored, and a Ctrl-C (or a CI runner's SIGINT) would leave the check running to its end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _run_checks(checker: _Checker, tasks: list[Task], jobs: int) -> list[CheckResult]:
