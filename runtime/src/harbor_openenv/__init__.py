@@ -24,14 +24,14 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
         value = getattr(importlib.import_module(f".{module}", __name__), name)
     except ModuleNotFoundError as exc:
-        missing = exc.name.split(".")[0] if exc.name else None
+        missing = exc.name.split(".")[0] if exc.name else ""
         extra = {"websockets": "client"}.get(missing, "server")
         if missing in {"openenv", "docker", "fastapi", "uvicorn", "websockets"}:
             raise ImportError(

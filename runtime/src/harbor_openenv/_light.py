@@ -24,6 +24,7 @@ import contextlib
 import ipaddress
 import json
 import threading
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -87,10 +88,10 @@ def _is_loopback(url: str) -> bool:
 class _Pending:
     """A call made inside a running event loop: await it, or read an attribute to wait for it."""
 
-    def __init__(self, future: Future) -> None:
+    def __init__(self, future: Future[Any]) -> None:
         self._future = future
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, Any]:
         return asyncio.wrap_future(self._future).__await__()
 
     def __getattr__(self, name: str) -> Any:
@@ -176,7 +177,7 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
                 self._ws = None
                 ws.close()
                 raise
-        response = json.loads(raw)
+        response: dict[str, Any] = json.loads(raw)
         if response.get("type") == "error":
             error = response.get("data", {})
             raise RuntimeError(
@@ -206,7 +207,7 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
 
     # -- sync, or awaitable inside a running loop -----------------------------------------------
 
-    def _dispatch(self, call, *args: Any, **kwargs: Any) -> Any:
+    def _dispatch(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -216,7 +217,11 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
         return _Pending(self._executor.submit(call, *args, **kwargs))
 
     def connect(self) -> Any:
-        return self._dispatch(lambda: self._connect() or self)
+        return self._dispatch(self._connected)
+
+    def _connected(self) -> Any:
+        self._connect()
+        return self
 
     def reset(self, **kwargs: Any) -> Any:
         return self._dispatch(self._reset, **kwargs)

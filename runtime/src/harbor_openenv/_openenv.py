@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
+from typing import Any
 
 __all__ = [
     "Action",
@@ -73,7 +74,7 @@ if HAVE_OPENENV:
 else:  # the client extra: the light stand-ins (see _light), no server
     from ._light import Action, Observation, State, StepResult
 
-    def __getattr__(name: str):
+    def __getattr__(name: str) -> Any:
         if name == "EnvClient":
             import websockets  # noqa: F401  (ModuleNotFoundError names the client extra's package)
 

@@ -57,7 +57,9 @@ def environment_about(
     }
 
 
-def environment_metadata(tasks_root: Path, name: str | None = None, version: str | None = None):
+def environment_metadata(
+    tasks_root: Path, name: str | None = None, version: str | None = None
+) -> Any:
     """OpenEnv's ``EnvironmentMetadata`` for the environment serving tasks_root."""
     from ._openenv import EnvironmentMetadata
 

@@ -29,28 +29,29 @@ class HarborEnvClient(EnvClient[HarborAction, HarborObservation, HarborState]):
         super().__init__(base_url, message_timeout_s=message_timeout_s, **kwargs)
         self._token = orchestration_token
 
-    def exec(self, command: str, timeout_s: float | None = None):
+    def exec(self, command: str, timeout_s: float | None = None) -> Any:
         return self.step(HarborAction(action_type="exec", command=command, timeout_s=timeout_s))
 
-    def read(self, path: str):
+    def read(self, path: str) -> Any:
         return self.step(HarborAction(action_type="read", path=path))
 
-    def write(self, path: str, content: str):
+    def write(self, path: str, content: str) -> Any:
         return self.step(HarborAction(action_type="write", path=path, content=content))
 
-    def list(self, path: str = "."):
+    def list(self, path: str = ".") -> Any:
         return self.step(HarborAction(action_type="list", path=path))
 
-    def evaluate(self):
+    def evaluate(self) -> Any:
         """Run the task's verifier; the episode ends and the reward arrives (None if missing)."""
         return self.step(HarborAction(action_type="evaluate", token=self._token))
 
-    def solve(self):
+    def solve(self) -> Any:
         """Run the task's oracle (solution/solve.sh)."""
         return self.step(HarborAction(action_type="solve", token=self._token))
 
     def _step_payload(self, action: HarborAction) -> dict[str, Any]:
-        return action.model_dump(exclude_none=True, exclude={"metadata"})
+        payload: dict[str, Any] = action.model_dump(exclude_none=True, exclude={"metadata"})
+        return payload
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[HarborObservation]:
         fields = dict(payload.get("observation", {}))
@@ -64,7 +65,8 @@ class HarborEnvClient(EnvClient[HarborAction, HarborObservation, HarborState]):
         )
 
     def _parse_state(self, payload: dict[str, Any]) -> HarborState:
-        return HarborState.model_validate(payload)
+        state: HarborState = HarborState.model_validate(payload)
+        return state
 
 
 def agent_tools() -> list[dict[str, Any]]:
@@ -73,7 +75,9 @@ def agent_tools() -> list[dict[str, Any]]:
     evaluate and solve are deliberately absent: grading and solving are the trainer's business.
     """
 
-    def tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    def tool(
+        name: str, description: str, properties: dict[str, Any], required: list[str]
+    ) -> dict[str, Any]:
         return {
             "type": "function",
             "function": {

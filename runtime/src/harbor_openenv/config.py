@@ -130,7 +130,7 @@ class Settings:
         return PREFIX + name.upper()
 
     @classmethod
-    def variables(cls) -> dict[str, dataclasses.Field]:
+    def variables(cls) -> dict[str, dataclasses.Field[Any]]:
         """Every variable the settings read, with its field."""
         return {cls.variable(f.name): f for f in dataclasses.fields(cls)}
 

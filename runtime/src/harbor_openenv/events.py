@@ -20,7 +20,7 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import IO, Any
 
 from .config import Settings
 
@@ -76,7 +76,7 @@ class JsonFormatter(logging.Formatter):
 TEXT_FORMAT = "%(asctime)s %(levelname)s harbor_openenv: %(message)s"
 
 
-def configure(settings: Settings | None = None, stream=None) -> None:
+def configure(settings: Settings | None = None, stream: IO[str] | None = None) -> None:
     """Give the ``harbor_openenv`` logger a stderr handler in the settings' format, once."""
     if log.handlers:
         return
@@ -101,7 +101,7 @@ class _ClearLine(logging.Formatter):
         return "\r\033[K" + super().format(record)
 
 
-def configure_images(stream=None) -> None:
+def configure_images(stream: IO[str] | None = None) -> None:
     """For the commands that pull and build (check, images): image lines only, as plain text."""
     if log.handlers:
         return

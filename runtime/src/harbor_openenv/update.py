@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 # The markers copier's inline conflict mode writes (git merge-file with these labels).
 CONFLICT_MARKERS = ("<<<<<<< before updating", ">>>>>>> after updating")
@@ -29,7 +31,7 @@ def _is_url(src: str) -> bool:
     return "://" in src or src.startswith(("git@", "gh:", "gl:"))
 
 
-def check_answers(repo: Path, data: list[str] = ()) -> dict:
+def check_answers(repo: Path, data: Sequence[str] = ()) -> dict[str, Any]:
     """The answers file's data, or an UpdateError naming what copier would choke on."""
     import yaml  # a copier dependency
 
@@ -62,23 +64,24 @@ def check_answers(repo: Path, data: list[str] = ()) -> dict:
                 f"the template {src} (_src_path in {ANSWERS}) does not exist: set _src_path to"
                 " where the template is now (an absolute path or its git URL), then commit"
             )
-    given = {}
+    given: dict[str, str] = {}
     for item in data:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UpdateError(f"-d {item}: write it as KEY=VALUE, e.g. -d port=8000")
         given[key.strip()] = value
     for key in INT_QUESTIONS:
-        for origin, value in (
+        checks: tuple[tuple[str, object], ...] = (
             (f"-d {key}=", given.get(key)),
             (f"{ANSWERS}: {key}: ", answers.get(key)),
-        ):
-            if value is not None and not re.fullmatch(r"\s*\d+\s*", str(value)):
-                raise UpdateError(f"{origin}{value} is not a whole number: give one, e.g. 8000")
+        )
+        for origin, answer in checks:
+            if answer is not None and not re.fullmatch(r"\s*\d+\s*", str(answer)):
+                raise UpdateError(f"{origin}{answer} is not a whole number: give one, e.g. 8000")
     return answers
 
 
-def explain_failure(output: str, answers: dict) -> str:
+def explain_failure(output: str, answers: dict[str, Any]) -> str:
     """One line for copier's failure, from the traceback's last lines."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     text = "\n".join(lines[-6:])
@@ -105,7 +108,7 @@ def explain_failure(output: str, answers: dict) -> str:
     return f"copier update failed: {last}"
 
 
-def run_copier_update(repo: Path, vcs_ref: str | None = None, data: list[str] = ()) -> None:
+def run_copier_update(repo: Path, vcs_ref: str | None = None, data: Sequence[str] = ()) -> None:
     """Run ``copier update`` in ``repo`` keeping earlier answers (``data``: KEY=VALUE changes)."""
     try:
         import copier  # noqa: F401 - only to say clearly that it is missing
@@ -150,11 +153,11 @@ def find_conflicts(repo: Path) -> list[str]:
         if not raw or raw.startswith((b"tasks/", b"wheels/")):  # never part of an update's merge
             continue
         name = raw.decode(errors="surrogateescape")
-        path = repo / name
+        file = repo / name
         if name.endswith(".rej"):
             found.setdefault(name, []).append("rejected hunks")
-        elif path.is_file() and not path.is_symlink():
-            text = path.read_bytes()
+        elif file.is_file() and not file.is_symlink():
+            text = file.read_bytes()
             if any(marker.encode() in text for marker in CONFLICT_MARKERS):
                 found.setdefault(name, []).insert(0, "conflict markers")
     return [f"{name}: {', '.join(why)}" for name, why in sorted(found.items())]
