@@ -350,9 +350,15 @@ def test_check_removes_its_containers_on_ctrl_c(docker_client, check_dataset, si
         text=True,
     )
     owner = f"{server_scope()}:{process.pid}:"
+
+    def both_hang() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"the check ended before its episodes hung: {process.communicate()}")
+        return len(runtime_containers(docker_client, owner)) == 2
+
     try:
         # Both episodes hang in their verifier (timeout 60 s).
-        assert wait_until(lambda: len(runtime_containers(docker_client, owner)) == 2, 120)
+        assert wait_until(both_hang, 120), runtime_containers(docker_client, owner)
         time.sleep(2)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
