@@ -29,7 +29,6 @@ import docker.errors
 from . import artifacts, engine
 from ._openenv import Environment
 from .about import environment_metadata
-from .compose import ComposeSandbox
 from .config import Settings
 from .dataset import (
     Dataset,
@@ -55,6 +54,7 @@ from .reward import REWARD_DETAILS, REWARD_FILES, VERIFIER_DIR, Reward, parse_re
 from .sandbox import (
     LABEL,
     LABEL_OWNER,
+    ComposeSandbox,
     PathEscapeError,
     Sandbox,
     SandboxError,
@@ -185,7 +185,7 @@ class Runtime:
             try:
                 sandbox.remove()
             except Exception as exc:  # the owner sweep at shutdown or restart tries again
-                log.warning("removing container %s failed: %s", sandbox.container.short_id, exc)
+                log.warning("removing container %s failed: %s", sandbox.name, exc)
             finally:
                 then()
 
