@@ -22,7 +22,7 @@ LABEL_OWNER = "harbor-openenv.owner"
 LABEL_TASK = "harbor-openenv.task"
 SCRATCH_PREFIX = "harbor-openenv-compose-"  # a compose project's files, in the temporary folder
 _SCRATCH_OWNER = "owner"  # inside it: the identity of the server that made it
-_CONTAINER_ID = re.compile(r"/containers/([0-9a-f]{64})/")
+_CONTAINER_ID = re.compile(r"/containers/([0-9a-f]{64})/hostname$")
 
 
 def server_scope() -> str:
@@ -32,8 +32,21 @@ def server_scope() -> str:
         mounts = Path("/proc/self/mountinfo").read_text()
     except OSError:
         mounts = ""
-    match = _CONTAINER_ID.search(mounts)
-    return f"c-{match[1][:12]}" if match else f"h-{socket.gethostname()}"
+    container = own_container(mounts)
+    return f"c-{container[:12]}" if container else f"h-{socket.gethostname()}"
+
+
+def own_container(mountinfo: str) -> str | None:
+    """The id of the Docker container whose ``/etc/hostname`` the engine mounted for this
+    process, from its ``/proc/self/mountinfo``; None on a host, where the mounts of every running
+    container may be listed too (at their paths under the engine's folder, never /etc)."""
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4 and fields[4] == "/etc/hostname":
+            match = _CONTAINER_ID.search(fields[3])
+            if match:
+                return match[1]
+    return None
 
 
 def server_identity() -> str:
