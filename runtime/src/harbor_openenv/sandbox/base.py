@@ -213,9 +213,12 @@ class Sandbox(ABC):
                 " every slot"
             )
         problem = {97: "could not stop the agent's processes", 98: "cannot prepare the verifier"}
+        if result.exit_code is None:
+            why = "timed out" if result.timed_out else "the engine recorded no exit code"
+            raise SandboxError(f"the runtime helper did not finish ({why})")
         raise SandboxError(
-            f"{problem.get(result.exit_code or 0, 'the runtime helper failed')}:"
-            f" {result.output.strip()[-1000:]}"
+            f"{problem.get(result.exit_code, 'the runtime helper failed')}"
+            f" (exit code {result.exit_code}): {result.output.strip()[-1000:]}"
         )
 
     def mark_baseline(self) -> None:

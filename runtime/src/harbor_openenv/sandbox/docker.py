@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
 log = logging.getLogger("harbor_openenv")
+_EXIT_WAIT_S = 30.0  # longest wait for the engine to record an ended exec's exit code
 _QUOTA_REFUSED = False  # the engine said --storage-opt size does not work here
 
 
@@ -231,13 +232,19 @@ class DockerSandbox(Sandbox):
         return ExecResult(exit_code, output, truncated, timed_out)
 
     def _exit_code(self, exec_id: str) -> int | None:
-        for _ in range(50):
+        """The exit code of an exec whose output has ended. The engine records it a moment
+        later, and under load that moment has passed half a second: wait up to
+        :data:`_EXIT_WAIT_S` (None: still not recorded by then)."""
+        deadline, pause = time.monotonic() + _EXIT_WAIT_S, 0.005
+        while True:
             info = self._client.api.exec_inspect(exec_id)
             if not info.get("Running"):
                 code = info.get("ExitCode")
                 return None if code is None else int(code)
-            time.sleep(0.01)
-        return None
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
     def upload(self, destination: str, archive: bytes | IO[bytes]) -> None:
         try:
