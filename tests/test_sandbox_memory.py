@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harbor_openenv import helper
+from harbor_openenv.dataset import HealthcheckConfig
 from harbor_openenv.sandbox import ExecResult, PathEscapeError, Sandbox, SandboxError, TooLargeError
 from harbor_openenv.sandbox.base import EXEC_MARK, load_script
 from harbor_openenv.sandbox.memory import MemorySandbox
@@ -204,3 +205,32 @@ def test_the_fake_keeps_its_files_confined_to_the_workdir():
         sandbox.read_file("/etc/passwd", max_bytes=10)
     sandbox.remove()
     assert not sandbox.is_running()
+
+
+def check(retries: int = 3, start_period_sec: float = 0.0) -> HealthcheckConfig:
+    return HealthcheckConfig(
+        command="curl -f localhost",
+        interval_sec=0,
+        timeout_sec=5,
+        start_period_sec=start_period_sec,
+        start_interval_sec=0,
+        retries=retries,
+    )
+
+
+def test_healthcheck_retries_until_it_passes():
+    failed = ExecResult(1, "refused")
+    handler = Recorder(failed, failed)
+    MemorySandbox(handler).healthcheck(check(), user="agent", where="t/task.toml: [x]")
+    assert [(call[0], call[1]) for call in handler.calls] == [("curl -f localhost", "agent")] * 3
+
+
+def test_healthcheck_fails_after_its_retries_in_a_row_past_the_start_period():
+    handler = Recorder(default=ExecResult(7, "connection refused\n"))
+    with pytest.raises(SandboxError) as raised:
+        MemorySandbox(handler).healthcheck(check(retries=2), user=None, where="t/task.toml: [x]")
+    assert str(raised.value) == (
+        "t/task.toml: [x] failed 2 times in a row: 'curl -f localhost'"
+        " (last output: 'connection refused')"
+    )
+    assert len(handler.calls) == 2

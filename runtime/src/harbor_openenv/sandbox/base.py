@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from .. import helper
 from . import archives
@@ -40,6 +40,23 @@ class ExecResult:
     output: str  # standard output and error, interleaved
     truncated: bool = False
     timed_out: bool = False
+
+
+class Healthcheck(Protocol):
+    """What :meth:`Sandbox.healthcheck` runs: the fields of a task's ``healthcheck`` table."""
+
+    @property
+    def command(self) -> str: ...
+    @property
+    def interval_sec(self) -> float: ...
+    @property
+    def timeout_sec(self) -> float: ...
+    @property
+    def start_period_sec(self) -> float: ...
+    @property
+    def start_interval_sec(self) -> float: ...
+    @property
+    def retries(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -174,6 +191,28 @@ class Sandbox(ABC):
         if result.timed_out:
             self.exec_root(load_script("kill-marked"), f"{EXEC_MARK}={mark}")
         return result
+
+    def healthcheck(self, check: Healthcheck, *, user: str | None, where: str) -> None:
+        """Run ``check.command`` until it passes, with Docker HEALTHCHECK's retries, as Harbor
+        does: failures in the start period do not count; ``where`` names the check in the error
+        raised once ``retries`` failures came in a row."""
+        start_period_end = time.monotonic() + check.start_period_sec
+        failures = 0
+        while True:
+            in_start_period = time.monotonic() < start_period_end
+            run = self.exec(check.command, timeout_s=check.timeout_sec, max_output=8192, user=user)
+            if run.exit_code == 0:
+                return
+            if in_start_period:
+                time.sleep(check.start_interval_sec)
+                continue
+            failures += 1
+            if failures >= check.retries:
+                raise SandboxError(
+                    f"{where} failed {failures} times in a row:"
+                    f" {check.command!r} (last output: {run.output.strip()[-500:]!r})"
+                )
+            time.sleep(check.interval_sec)
 
     def exec_root(
         self, script: str, *args: str, workdir: str = "/", timeout_s: float = 60
