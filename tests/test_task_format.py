@@ -136,7 +136,9 @@ def test_separate_verifier_runs_in_its_own_image_with_artifacts(fmt, docker_clie
 def _leftovers(client, owner_prefix: str) -> list[str]:
     found = []
     for kind in (client.containers, client.networks, client.volumes):
-        for item in kind.list(**({"all": True} if kind is client.containers else {})):
+        # ignore_removed: the list inspects each container, and another test's may go meanwhile
+        options = {"all": True, "ignore_removed": True} if kind is client.containers else {}
+        for item in kind.list(**options):
             labels = item.attrs.get("Labels") or item.attrs.get("Config", {}).get("Labels") or {}
             if PROJECT_LABEL in labels and labels.get("harbor-openenv.owner", "").startswith(
                 owner_prefix
