@@ -48,14 +48,14 @@ def docker_client():
 
 @pytest.fixture(scope="module")
 def bare_sandbox(docker_client, request):
-    """One task container per test module, started by the runtime's Sandbox as a task's would be:
+    """One task container per test module, started by the runtime's DockerSandbox as a task's is:
     debian:bookworm-slim, working directory /work, no network."""
     from harbor_openenv.helper import HelperVolume
-    from harbor_openenv.sandbox import LABEL, LABEL_OWNER, Sandbox, remove_containers
+    from harbor_openenv.sandbox import LABEL, LABEL_OWNER, DockerSandbox, remove_containers
 
     owner = f"test-{request.module.__name__}-{os.getpid()}"
     volume = HelperVolume({LABEL: "1", LABEL_OWNER: owner})
-    sandbox = Sandbox.start(
+    sandbox = DockerSandbox.start(
         docker_client,
         "debian:bookworm-slim",
         task_id=request.module.__name__,

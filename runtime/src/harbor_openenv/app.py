@@ -21,11 +21,11 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from ._openenv import ConcurrencyConfig, create_app
-from .compose import remove_dead_scratch
 from .config import Settings
 from .environment import HarborEnvironment, Runtime
 from .events import configure as configure_logging
 from .models import HarborObservation, HarborState, ServedAction
+from .sandbox import remove_dead_scratch
 
 log = logging.getLogger("harbor_openenv")
 

@@ -1,13 +1,13 @@
 """The disk guard: keeps each running episode's files within its limit where the engine cannot.
 
 Docker caps a container's writable layer only with overlay2 on xfs with project quotas
-(``--storage-opt size``, which :meth:`Sandbox.start` asks for and drops when the engine refuses).
-Everywhere else the guard measures each watched container's writable layer (the engine's
-``SizeRw``, apparent sizes, so a sparse file counts whole) in the background: soon after each
-exec and every ``interval_s``. A container over its limit has the agent's processes stopped at
-once, so it cannot keep writing, and is marked: the episode's next step ends it with an error
-naming the usage. Between two checks an agent can write past the limit by what it writes in that
-time; the check after an exec is asked for as the exec returns.
+(``--storage-opt size``, which :meth:`DockerSandbox.start` asks for and drops when the engine
+refuses). Everywhere else the guard measures each watched sandbox's :meth:`Sandbox.disk_usage`
+(the engine's ``SizeRw``, apparent sizes, so a sparse file counts whole) in the background: soon
+after each exec and every ``interval_s``. A container over its limit has the agent's processes
+stopped at once, so it cannot keep writing, and is marked: the episode's next step ends it with an
+error naming the usage. Between two checks an agent can write past the limit by what it writes in
+that time; the check after an exec is asked for as the exec returns.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ import logging
 import os
 import random
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +28,6 @@ import docker.errors
 from . import artifacts, engine
 from ._openenv import Environment
 from .about import environment_metadata
-from .compose import ComposeSandbox
 from .config import Settings
 from .dataset import (
     Dataset,
@@ -55,6 +53,7 @@ from .reward import REWARD_DETAILS, REWARD_FILES, VERIFIER_DIR, Reward, parse_re
 from .sandbox import (
     LABEL,
     LABEL_OWNER,
+    ComposeSandbox,
     PathEscapeError,
     Sandbox,
     SandboxError,
@@ -185,7 +184,7 @@ class Runtime:
             try:
                 sandbox.remove()
             except Exception as exc:  # the owner sweep at shutdown or restart tries again
-                log.warning("removing container %s failed: %s", sandbox.container.short_id, exc)
+                log.warning("removing container %s failed: %s", sandbox.name, exc)
             finally:
                 then()
 
@@ -409,27 +408,9 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
 
     def _healthcheck(self, check: HealthcheckConfig | None, user, field_name: str) -> None:
         """Run ``check`` until it passes, with Docker HEALTHCHECK's retries, as Harbor does."""
-        if check is None:
-            return
-        start_period_end = time.monotonic() + check.start_period_sec
-        failures = 0
-        while True:
-            in_start_period = time.monotonic() < start_period_end
-            run = self._sandbox.exec(
-                check.command, timeout_s=check.timeout_sec, max_output=_TAIL, user=_user(user)
-            )
-            if run.exit_code == 0:
-                return
-            if in_start_period:
-                time.sleep(check.start_interval_sec)
-                continue
-            failures += 1
-            if failures >= check.retries:
-                raise SandboxError(
-                    f"{self._task.id}/task.toml: {field_name} failed {failures} times in a row:"
-                    f" {check.command!r} (last output: {run.output.strip()[-500:]!r})"
-                )
-            time.sleep(check.interval_sec)
+        if check is not None:
+            where = f"{self._task.id}/task.toml: {field_name}"
+            self._sandbox.healthcheck(check, user=_user(user), where=where)
 
     # -- steps ---------------------------------------------------------------------------------
 

@@ -24,9 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import docker
-import docker.errors
 
-from .sandbox import Sandbox, SandboxError
+from .sandbox import DockerSandbox, Sandbox, SandboxError
 
 LABEL_POOL = "harbor-openenv.pool"
 _START_WAIT_S = 60.0  # longest a reset waits for the worker's start in flight to make room
@@ -60,7 +59,7 @@ class ContainerSpec:
         task_id: str | None,
         labels: dict[str, str] | None = None,
     ) -> Sandbox:
-        return Sandbox.start(
+        return DockerSandbox.start(
             client,
             self.image,
             task_id=task_id,
@@ -128,9 +127,9 @@ class ContainerPool:
             self._active += 1
         try:
             while (pooled := self._take(spec)) is not None:
-                if _running(pooled):
+                if pooled.is_running():
                     return pooled
-                log.warning("warm pool: container %s had stopped", pooled.container.short_id)
+                log.warning("warm pool: container %s had stopped", pooled.name)
                 _remove(pooled)
             self._make_room()
             return start()
@@ -281,17 +280,8 @@ class ContainerPool:
                 _remove(sandbox)
 
 
-def _running(sandbox: Sandbox) -> bool:
-    """Whether the container still runs (one inspect call)."""
-    try:
-        sandbox.container.reload()
-    except docker.errors.DockerException:
-        return False
-    return sandbox.container.status == "running"
-
-
 def _remove(sandbox: Sandbox) -> None:
     try:
         sandbox.remove()
-    except docker.errors.DockerException as exc:  # the shutdown sweep tries again
-        log.warning("warm pool: removing %s failed: %s", sandbox.container.short_id, exc)
+    except SandboxError as exc:  # the shutdown sweep tries again
+        log.warning("warm pool: removing %s failed: %s", sandbox.name, exc)

@@ -5,31 +5,36 @@ task's limits (Harbor's build/prebuilt file), the task's own compose file, and a
 labels every service, network and volume for this runtime (so the orphan sweep finds them) and
 gives ``main`` the task's environment variables and workdir. ``no-network`` tasks get internal
 networks: sidecars stay reachable, nothing else is. Commands run in ``main`` through the engine's
-exec API, exactly as in a single-container episode; removal is ``down`` with volumes and orphans.
-The merged files live in a folder under the temporary folder (``TMPDIR``) that records its server's
-identity, so a restarted server's startup sweep removes the folders of servers that died.
+exec API, exactly as in a single-container episode (:class:`ComposeSandbox` holds the project and
+a :class:`DockerSandbox` of ``main``, and hands it every primitive but removal); removal is
+``down`` with volumes and orphans. The merged files live in a folder under the temporary folder
+(``TMPDIR``) that records its server's identity (:func:`.owner.make_scratch`), so a restarted
+server's startup sweep removes the folders of servers that died.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import docker
 
-from . import helper
-from .sandbox import LABEL, LABEL_OWNER, LABEL_TASK, Sandbox, SandboxError, owner_alive
+from .. import helper
+from .base import Archive, ExecResult, Sandbox
+from .docker import DockerSandbox
+from .errors import SandboxError
+from .owner import LABEL, LABEL_OWNER, LABEL_TASK, make_scratch
 
 LABEL_PROJECT = "harbor-openenv.compose-project"
-SCRATCH_PREFIX = "harbor-openenv-compose-"  # a project's files, in the temporary folder
-_SCRATCH_OWNER = "owner"  # inside it: the identity of the server that made it
 MAIN_SERVICE = "main"
 _PLUGIN_DIRS = (
     "/usr/local/lib/docker/cli-plugins",
@@ -138,8 +143,11 @@ def _tail(stdout: bytes | None, stderr: bytes | None) -> str:
 class ComposeSandbox(Sandbox):
     """The ``main`` service of a compose project; removing it tears the whole project down."""
 
-    project: ComposeProject | None = None
-    _scratch: str | None = None
+    def __init__(self, project: ComposeProject, scratch: str, main: DockerSandbox) -> None:
+        super().__init__()
+        self.project: ComposeProject | None = project
+        self.main = main  # the container the agent's commands run in
+        self._scratch = scratch
 
     @classmethod
     def start_project(
@@ -168,8 +176,8 @@ class ComposeSandbox(Sandbox):
         does.
         """
         name = f"harbor-openenv-{uuid.uuid4().hex[:12]}"
-        scratch = _make_scratch(owner)
-        main: dict = {
+        scratch = make_scratch(owner)
+        main: dict[str, Any] = {
             "image": image,
             "command": ["sh", "-c", "sleep infinity"],
             "volumes": [
@@ -216,7 +224,9 @@ class ComposeSandbox(Sandbox):
                 " (Harbor runs the agent in the service called main)"
             )
         labels = {LABEL: "1", LABEL_OWNER: owner, LABEL_TASK: task_id[:200], LABEL_PROJECT: name}
-        override: dict = {"services": {svc: {"labels": labels} for svc in model["services"]}}
+        override: dict[str, Any] = {
+            "services": {svc: {"labels": labels} for svc in model["services"]}
+        }
         for svc, spec in model["services"].items():
             if build_network and isinstance((spec or {}).get("build"), dict):
                 override["services"][svc]["build"] = {"network": build_network}
@@ -227,7 +237,8 @@ class ComposeSandbox(Sandbox):
             for key, spec in (model.get(kind) or {}).items():
                 if (spec or {}).get("external"):
                     continue
-                entry = override.setdefault(kind, {})[key] = {"labels": labels}
+                entry: dict[str, Any] = {"labels": labels}
+                override.setdefault(kind, {})[key] = entry
                 if kind == "networks" and no_network:
                     entry["internal"] = True
         overrides = Path(scratch) / "override.json"
@@ -245,49 +256,58 @@ class ComposeSandbox(Sandbox):
             )
             if not found:
                 raise SandboxError(f"{task_id}: the compose service main is not running")
-            sandbox = cls.attach(client, found[0], workdir=workdir)
+            sandbox = cls(project, scratch, DockerSandbox(client, found[0]))
+            sandbox.default_user = sandbox.main.running_user()
+            sandbox.prepare(workdir)
         except BaseException:
             _down(project, scratch)
             raise
-        sandbox.project, sandbox._scratch = project, scratch
         return sandbox
 
     def remove(self) -> None:
         """Tear the whole project down: services, networks, volumes (idempotent)."""
         project, self.project = self.project, None
-        if project is None:
-            super().remove()
-            return
-        _down(project, self._scratch)
+        if project is not None:
+            _down(project, self._scratch)
 
+    # -- every other primitive is main's -------------------------------------------------------
 
-def _make_scratch(owner: str) -> str:
-    """A new project folder, with ``owner`` recorded inside for the sweep of dead servers'."""
-    scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
-    pending = Path(scratch) / f".{_SCRATCH_OWNER}"
-    pending.write_text(owner, encoding="utf-8")
-    os.replace(pending, Path(scratch) / _SCRATCH_OWNER)  # never seen half-written
-    return scratch
+    @property
+    def name(self) -> str:
+        return self.main.name
 
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        max_output: int,
+        user: str,
+        env: Mapping[str, str],
+        workdir: str,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        return self.main.run(
+            argv,
+            timeout_s=timeout_s,
+            max_output=max_output,
+            user=user,
+            env=env,
+            workdir=workdir,
+            stdin=stdin,
+        )
 
-def remove_dead_scratch(client: docker.DockerClient) -> int:
-    """Remove the project folders left in the temporary folder by servers that died (a server
-    killed with -9 never removes its own); returns how many. Only folders of this user that
-    record their owner are judged, and a folder whose owner still runs is always kept."""
-    removed, alive = 0, {}
-    for folder in Path(tempfile.gettempdir()).glob(SCRATCH_PREFIX + "*"):
-        try:
-            if folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
-                continue
-            owner = (folder / _SCRATCH_OWNER).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):  # being made, or not this runtime's to judge
-            continue
-        if owner not in alive:
-            alive[owner] = owner_alive(client, owner)
-        if not alive[owner]:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += not folder.exists()
-    return removed
+    def upload(self, destination: str, archive: bytes | IO[bytes]) -> None:
+        self.main.upload(destination, archive)
+
+    def download(self, path: str) -> contextlib.AbstractContextManager[Archive | None]:
+        return self.main.download(path)
+
+    def is_running(self) -> bool:
+        return self.main.is_running()
+
+    def disk_usage(self) -> int:
+        return self.main.disk_usage()
 
 
 def _down(project: ComposeProject, scratch: str | None) -> None:

@@ -1,0 +1,37 @@
+"""Task environments behind one interface: :class:`Sandbox` (``base``), its Docker backend
+(``docker``), compose projects (``compose``), an in-memory one for unit tests (``memory``), and
+the owner labels and sweeps of what dead servers left (``owner``)."""
+
+from .base import ExecResult, Sandbox, resolve_within
+from .compose import ComposeSandbox
+from .docker import DockerSandbox
+from .errors import PathEscapeError, SandboxError, TooLargeError
+from .owner import (
+    LABEL,
+    LABEL_OWNER,
+    LABEL_TASK,
+    owner_alive,
+    remove_containers,
+    remove_dead_scratch,
+    server_identity,
+    server_scope,
+)
+
+__all__ = [
+    "LABEL",
+    "LABEL_OWNER",
+    "LABEL_TASK",
+    "ComposeSandbox",
+    "DockerSandbox",
+    "ExecResult",
+    "PathEscapeError",
+    "Sandbox",
+    "SandboxError",
+    "TooLargeError",
+    "owner_alive",
+    "remove_containers",
+    "remove_dead_scratch",
+    "resolve_within",
+    "server_identity",
+    "server_scope",
+]

@@ -1,0 +1,360 @@
+"""The Docker backend: one container per episode through docker-py and the engine's exec API.
+
+Containers carry the owner labels of :mod:`.owner`, so a server removes its own at shutdown and,
+at startup, the ones a dead server left behind. Two fixes to docker-py's exec stream live here:
+output read along with the response headers is kept (:func:`_read_ahead`), and the multiplexed
+frames are read with a deadline (:func:`_frames`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import io
+import json
+import logging
+import select
+import socket
+import struct
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, cast
+
+import docker
+import docker.errors
+import requests
+from docker.models.containers import Container
+
+from .. import helper
+from .base import Archive, ExecResult, Sandbox
+from .errors import SandboxError
+from .owner import LABEL, LABEL_OWNER, LABEL_TASK
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+log = logging.getLogger("harbor_openenv")
+_EXIT_WAIT_S = 30.0  # longest wait for the engine to record an ended exec's exit code
+_QUOTA_REFUSED = False  # the engine said --storage-opt size does not work here
+
+
+def _refuse_quota(reason: str) -> None:
+    """Remember, for this process, that the engine cannot cap a writable layer."""
+    global _QUOTA_REFUSED
+    if not _QUOTA_REFUSED:
+        log.info("no per-container disk quota on this engine (%s): the disk guard holds", reason)
+    _QUOTA_REFUSED = True
+
+
+class DockerSandbox(Sandbox):
+    """A running container for one episode."""
+
+    def __init__(self, client: docker.DockerClient, container: Container) -> None:
+        super().__init__()
+        self._client = client
+        self.container = container
+
+    @classmethod
+    def start(
+        cls,
+        client: docker.DockerClient,
+        image: str,
+        *,
+        task_id: str | None,
+        owner: str,
+        workdir: str | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        network: str | None = None,
+        env: dict[str, str] | None = None,
+        pids_limit: int | None = None,
+        labels: dict[str, str] | None = None,
+        helper_volume: str,
+        storage_mb: int | None = None,
+    ) -> DockerSandbox:
+        """Start a container kept alive by ``sleep infinity``, as Harbor's compose file does, with
+        the runtime's helper mounted read-only from ``helper_volume``.
+
+        ``labels`` join the runtime's; ``task_id`` None leaves out the task's (a warm-pool
+        container serves whichever task asks first). ``storage_mb`` caps the writable layer
+        where the engine's storage driver can (overlay2 on xfs with project quotas).
+        """
+        options: dict[str, Any] = {"mounts": [helper.mount(helper_volume)]}
+        if storage_mb and not _QUOTA_REFUSED:
+            options["storage_opt"] = {"size": f"{storage_mb}M"}
+        if cpus:
+            options["nano_cpus"] = int(cpus * 1e9)
+        if memory_mb:
+            options["mem_limit"] = f"{memory_mb}m"
+        if network:
+            options["network_mode"] = network
+        if pids_limit:
+            options["pids_limit"] = pids_limit
+        run = functools.partial(
+            client.containers.run,
+            image,
+            ["sh", "-c", "sleep infinity"],
+            detach=True,
+            labels={
+                LABEL: "1",
+                LABEL_OWNER: owner,
+                **({LABEL_TASK: task_id[:200]} if task_id is not None else {}),
+                **(labels or {}),
+            },
+            environment=env or {},
+            working_dir=workdir or None,
+        )
+        try:
+            try:
+                container = cast(Container, run(**options))  # detached: a Container
+            except docker.errors.APIError as exc:
+                if "storage_opt" not in options or "storage-opt" not in str(exc.explanation):
+                    raise
+                _refuse_quota(str(exc.explanation))
+                del options["storage_opt"]
+                container = cast(Container, run(**options))
+        except docker.errors.APIError as exc:
+            raise SandboxError(
+                f"starting a container from {image} failed: {exc.explanation}"
+            ) from None
+        return cls.attach(client, container, workdir=workdir)
+
+    @classmethod
+    def attach(
+        cls, client: docker.DockerClient, container: Container, *, workdir: str | None = None
+    ) -> DockerSandbox:
+        """Prepare a running container (``/logs``, the workdir, the process baseline); it is
+        removed if that fails."""
+        sandbox = cls(client, container)
+        try:
+            sandbox.default_user = sandbox.running_user()
+            sandbox.prepare(workdir)
+        except BaseException:
+            sandbox.remove()
+            raise
+        return sandbox
+
+    def running_user(self) -> str:
+        """The container's own user (its image's USER, "" for root) once it runs; raises
+        :class:`SandboxError` with its last log lines if it exited."""
+        container = self.container
+        container.reload()
+        if container.status != "running":
+            logs = container.logs(tail=20).decode(errors="replace")
+            image = container.image
+            raise SandboxError(
+                f"the container of {(image.tags or image.id) if image else '?'} exited at"
+                f" once ({container.status}):\n{logs}"
+            )
+        return container.attrs["Config"].get("User") or ""
+
+    # -- the primitives ------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.container.short_id
+
+    def is_running(self) -> bool:
+        """Whether the container still runs (one inspect call)."""
+        try:
+            self.container.reload()
+        except docker.errors.DockerException:
+            return False
+        return self.container.status == "running"
+
+    def remove(self) -> None:
+        """Remove the container (idempotent)."""
+        try:
+            self.container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # removal already in progress
+                raise SandboxError(f"removing {self.name} failed: {exc}") from None
+
+    def disk_usage(self) -> int:
+        """Bytes in the container's writable layer (apparent sizes), as the engine counts them."""
+        api = _private_api(self._client)
+        try:
+            response = api._get(
+                api._url("/containers/{0}/json", self.container.id), params={"size": 1}
+            )
+            return int(api._result(response, True).get("SizeRw") or 0)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot measure the container's disk: {exc}") from None
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        max_output: int,
+        user: str,
+        env: Mapping[str, str],
+        workdir: str,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` through the engine's exec API; ``stdin`` (bytes) is its standard input."""
+        api = self._client.api
+        try:
+            exec_id = api.exec_create(
+                self.container.id,
+                list(argv),
+                user=user,
+                environment=[f"{key}={value}" for key, value in env.items()],
+                workdir=workdir,
+                stdin=stdin is not None,
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"exec failed: {exc.explanation or exc}") from None
+        raw = cast(socket.socket, getattr(sock, "_sock", sock))  # the socket below its wrapper
+        deadline = time.monotonic() + timeout_s
+        chunks, size, truncated, timed_out = [], 0, False, False
+        early = _read_ahead(sock, raw)
+        try:
+            if stdin is not None:
+                raw.sendall(stdin)
+                raw.shutdown(socket.SHUT_WR)
+            for data in _frames(raw, deadline, early):
+                room = max_output - size
+                if room > 0:
+                    chunks.append(data[:room])
+                    size += min(room, len(data))
+                truncated = truncated or len(data) > room
+        except TimeoutError:
+            timed_out = True
+        finally:
+            sock.close()
+        exit_code = None if timed_out else self._exit_code(exec_id)
+        output = b"".join(chunks).decode("utf-8", errors="replace")
+        return ExecResult(exit_code, output, truncated, timed_out)
+
+    def _exit_code(self, exec_id: str) -> int | None:
+        """The exit code of an exec whose output has ended. The engine records it a moment
+        later, and under load that moment has passed half a second: wait up to
+        :data:`_EXIT_WAIT_S` (None: still not recorded by then)."""
+        deadline, pause = time.monotonic() + _EXIT_WAIT_S, 0.005
+        while True:
+            info = self._client.api.exec_inspect(exec_id)
+            if not info.get("Running"):
+                code = info.get("ExitCode")
+                return None if code is None else int(code)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+    def upload(self, destination: str, archive: bytes | IO[bytes]) -> None:
+        try:
+            self.container.put_archive(destination, archive)
+        except docker.errors.APIError as exc:
+            raise SandboxError(
+                f"writing to {destination} failed: {exc.explanation or exc}"
+            ) from None
+
+    @contextlib.contextmanager
+    def download(self, path: str) -> Iterator[Archive | None]:
+        """The engine's archive of ``path``; its size comes from the stat header."""
+        api = _private_api(self._client)
+        url = api._url("/containers/{0}/archive", self.container.id)
+        response = api._get(url, params={"path": path}, stream=True)
+        try:
+            if response.status_code == 404:
+                yield None
+                return
+            try:
+                api._raise_for_status(response)
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"reading {path} failed: {exc.explanation or exc}") from None
+            size = _archive_stat(response).get("size", 0)
+            chunks = response.iter_content(1 << 16, decode_unicode=False)
+            yield Archive(size, cast(IO[bytes], _StreamReader(chunks)))
+        finally:
+            response.close()
+
+
+def _private_api(client: docker.DockerClient) -> Any:
+    """The engine API client, for the request helpers docker-py has but does not declare
+    (``_get``, ``_url``, ``_result``, ``_raise_for_status``): untyped, hence Any."""
+    return client.api
+
+
+def _archive_stat(response: requests.Response) -> dict[str, Any]:
+    """The ``X-Docker-Container-Path-Stat`` header of an archive response (size, mode, name)."""
+    header = response.headers.get("X-Docker-Container-Path-Stat")
+    if not header:
+        return {}
+    try:
+        stat = json.loads(base64.b64decode(header))
+    except ValueError:
+        return {}
+    return stat if isinstance(stat, dict) else {}
+
+
+def _read_ahead(sock: object, raw: socket.socket) -> bytes:
+    """The stream bytes the HTTP client read along with the response headers.
+
+    docker-py hands out the socket below the response's buffered reader, so output that arrived
+    in the same read as the headers sits in that buffer and is lost to a reader of the socket
+    (docker-py issue 3332: empty output under load). A non-blocking read1 returns what the buffer
+    holds, or what the socket has, without waiting.
+    """
+    reader = getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None)
+    reader = getattr(reader, "fp", None)
+    if reader is None:
+        return b""
+    timeout = raw.gettimeout()
+    raw.settimeout(0.0)
+    try:
+        return reader.read1(1 << 16) or b""
+    except BlockingIOError:
+        return b""
+    finally:
+        raw.settimeout(timeout)
+
+
+def _frames(sock: socket.socket, deadline: float, buffer: bytes = b"") -> Iterator[bytes]:
+    """Payloads of Docker's multiplexed exec stream (``buffer``: bytes already read from it),
+    raising TimeoutError past ``deadline``."""
+    while True:
+        while len(buffer) >= 8:
+            size = struct.unpack(">I", buffer[4:8])[0]
+            if len(buffer) < 8 + size:
+                break
+            yield buffer[8 : 8 + size]
+            buffer = buffer[8 + size :]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        ready, _, _ = select.select([sock], [], [], remaining)
+        if not ready:
+            raise TimeoutError
+        data = sock.recv(1 << 16)
+        if not data:
+            return
+        buffer += data
+
+
+class _StreamReader(io.RawIOBase):
+    """A file object over docker-py's chunk iterator, for streaming tar reads."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: WriteableBuffer) -> int:
+        while not self._buffer:
+            try:
+                self._buffer = next(self._chunks)
+            except StopIteration:
+                return 0
+        view = memoryview(target).cast("B")
+        count = min(len(view), len(self._buffer))
+        view[:count] = self._buffer[:count]
+        self._buffer = self._buffer[count:]
+        return count

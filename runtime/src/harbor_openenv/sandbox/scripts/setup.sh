@@ -1,0 +1,8 @@
+#!/bin/sh
+# Prepares a task environment, as root in its working directory: makes the /logs folders
+# (/logs/verifier is the verifier's alone: the helper hands it over at each run), then prints the
+# working directory as given, its real path, and the processes running now (the baseline, listed
+# by the runtime's helper at $1).
+mkdir -p /logs/agent /logs/verifier /logs/artifacts &&
+  chmod 777 /logs/agent /logs/artifacts && chmod 755 /logs/verifier &&
+  pwd && readlink -f . && "$1" list

@@ -1,0 +1,236 @@
+"""The behaviour :class:`Sandbox` builds on its primitives, on the in-memory fake (no engine).
+
+The real backends' proof is the integration tests against a real engine (test_sandbox.py,
+test_hardening.py, test_pool.py, ...); these pin down the shared logic alone, fast.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import tarfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from harbor_openenv import helper
+from harbor_openenv.dataset import HealthcheckConfig
+from harbor_openenv.sandbox import ExecResult, PathEscapeError, Sandbox, SandboxError, TooLargeError
+from harbor_openenv.sandbox.base import EXEC_MARK, load_script
+from harbor_openenv.sandbox.memory import MemorySandbox
+
+Call = tuple[str, str, dict[str, str], str]
+OK = ExecResult(0, "")
+
+
+class Recorder:
+    """A handler that records each command and answers from a list (then ``default``)."""
+
+    def __init__(self, *answers: ExecResult, default: ExecResult = OK) -> None:
+        self.calls: list[Call] = []
+        self.answers = list(answers)
+        self.default = default
+
+    def __call__(self, command: str, user: str, env: Mapping[str, str], workdir: str) -> ExecResult:
+        self.calls.append((command, user, dict(env), workdir))
+        return self.answers.pop(0) if self.answers else self.default
+
+
+def test_exec_runs_bash_in_the_workdir_with_a_mark_and_kills_what_a_timeout_left():
+    handler = Recorder(ExecResult(None, "partial", timed_out=True))
+    sandbox = MemorySandbox(handler, workdir="/app")
+    result = sandbox.exec("sleep 9", timeout_s=1, max_output=100, user="agent", env={"A": "1"})
+    assert result.timed_out and result.output == "partial"
+    (command, user, env, workdir), (kill, kill_user, _, _) = handler.calls
+    assert (command, user, workdir, env["A"]) == ("sleep 9", "agent", "/app", "1")
+    assert kill == load_script("kill-marked") and kill_user == "root"
+    assert env[EXEC_MARK]
+
+
+def test_exec_output_is_cut_at_max_output():
+    sandbox = MemorySandbox(Recorder(default=ExecResult(0, "x" * 50)))
+    result = sandbox.exec("yes", timeout_s=1, max_output=10)
+    assert result.truncated and result.output == "x" * 10
+
+
+def test_prepare_reads_the_workdir_its_real_path_and_the_baseline():
+    sandbox = MemorySandbox(Recorder(ExecResult(0, "/img\n/real/img\n1 7\n")))
+    sandbox.prepare(None)
+    assert (sandbox.workdir, sandbox._real_workdir, sandbox._baseline) == (
+        "/img",
+        "/real/img",
+        "1 7",
+    )
+    failing = MemorySandbox(Recorder(ExecResult(1, "mkdir: denied")))
+    with pytest.raises(SandboxError, match="preparing the container failed: mkdir: denied"):
+        failing.prepare("/work")
+
+
+def test_stop_processes_keeps_the_baseline_and_prepares_the_verifier_in_one_call():
+    handler = Recorder(ExecResult(0, "1 5 9\n"))
+    sandbox = MemorySandbox(handler)
+    sandbox.mark_baseline()
+    sandbox.stop_processes(prepare=("", "/logs/verifier", "/tests", "stage"))
+    listed, stopped = (call[0] for call in handler.calls)
+    assert listed == f"{helper.HELPER} list"
+    assert stopped.startswith(f"{helper.HELPER} stop '1 5 9' prepare '' /logs/verifier /tests")
+
+
+def test_stop_processes_retries_while_the_container_is_at_its_pids_limit(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr("harbor_openenv.sandbox.base.time.sleep", lambda seconds: None)
+    full = ExecResult(126, "exec failed: Resource temporarily unavailable")
+    handler = Recorder(full, full)
+    MemorySandbox(handler).stop_processes()
+    assert len(handler.calls) == 3
+    with pytest.raises(SandboxError, match="pids_limit"):
+        MemorySandbox(Recorder(default=full)).stop_processes()
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (ExecResult(97, "kill: denied"), r"could not stop the agent's processes \(exit code 97\)"),
+        (ExecResult(98, "chown"), r"cannot prepare the verifier \(exit code 98\): chown"),
+        (ExecResult(None, "", timed_out=True), r"did not finish \(timed out\)"),
+        (ExecResult(None, ""), r"did not finish \(the engine recorded no exit code\)"),
+    ],
+)
+def test_stop_processes_names_what_failed(answer: ExecResult, message: str):
+    with pytest.raises(SandboxError, match=message):
+        MemorySandbox(Recorder(answer)).stop_processes()
+
+
+def test_put_dir_empties_the_destination_then_uploads_root_owned_files(tmp_path: Path):
+    (tmp_path / "test.sh").write_text("exit 0\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.txt").write_text("x")
+    handler = Recorder()
+    sandbox = MemorySandbox(handler)
+    sandbox.put_dir(tmp_path, "/tests", executable="test.sh")
+    assert handler.calls[0][0].startswith("rm -rf")
+    assert sandbox.files == {"/tests/test.sh": b"exit 0\n", "/tests/data/x.txt": b"x"}
+    with pytest.raises(SandboxError, match="cannot prepare /tests: busy"):
+        MemorySandbox(Recorder(ExecResult(1, "busy"))).put_dir(tmp_path, "/tests")
+
+
+def test_import_archive_makes_its_folder_and_streams_the_archive():
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo("out/a.txt")
+        info.size = 2
+        archive.addfile(info, io.BytesIO(b"hi"))
+    buffer.seek(0)
+    handler = Recorder()
+    sandbox = MemorySandbox(handler)
+    sandbox.import_archive("/logs/artifacts", buffer)
+    assert handler.calls[0][0] == 'mkdir -p -- "$1"'
+    assert sandbox.files == {"/logs/artifacts/out/a.txt": b"hi"}
+
+
+def test_read_engine_file_checks_the_size_before_reading_and_keeps_a_tail():
+    sandbox = MemorySandbox(Recorder(), files={"/logs/out.txt": b"0123456789"})
+    assert sandbox.read_engine_file("/logs/missing", limit=100) is None
+    assert sandbox.read_engine_file("/logs/out.txt", limit=100) == b"0123456789"
+    with pytest.raises(TooLargeError, match="10 bytes, over the limit of 4"):
+        sandbox.read_engine_file("/logs/out.txt", limit=4)
+    assert sandbox.read_engine_file("/logs/out.txt", limit=4, tail=True) == b"6789"
+
+
+def test_export_path_copies_a_folder_within_its_budget():
+    sandbox = MemorySandbox(Recorder(), files={"/out/a": b"aaa", "/out/sub/b": b"bb"})
+    target = io.BytesIO()
+    assert sandbox.export_path("/out", target, budget=5)
+    target.seek(0)
+    with tarfile.open(fileobj=target) as archive:
+        assert sorted(archive.getnames()) == ["out/a", "out/sub/b"]
+        assert all(member.uid == 0 for member in archive.getmembers())
+    assert not sandbox.export_path("/none", io.BytesIO(), budget=5)
+    with pytest.raises(TooLargeError):
+        sandbox.export_path("/out", io.BytesIO(), budget=4)
+
+
+# -- the confined file actions as the base class runs them (a real backend's path) -------------
+
+
+def test_confine_refuses_a_symlink_resolving_outside_the_workdir():
+    sandbox = MemorySandbox(Recorder(ExecResult(0, "/etc/passwd\n")), workdir="/app")
+    with pytest.raises(PathEscapeError, match="resolves to /etc/passwd"):
+        Sandbox.confine(sandbox, "link")
+    with pytest.raises(PathEscapeError):
+        Sandbox.confine(sandbox, "../etc/passwd")  # lexical: no command runs
+    assert MemorySandbox(Recorder(ExecResult(0, "/app/a\n"))).confine("a") == "/app/a"
+
+
+def test_read_file_decodes_and_cuts_at_max_bytes():
+    handler = Recorder(ExecResult(0, base64.b64encode(b"hello").decode()))
+    sandbox = MemorySandbox(handler, workdir="/app")
+    assert Sandbox.read_file(sandbox, "/app/f", max_bytes=4, user="agent") == (b"hell", True)
+    command, user, _, _ = handler.calls[0]
+    assert command == load_script("file-action") and user == "agent"
+
+
+@pytest.mark.parametrize(
+    ("code", "error", "message"),
+    [
+        (3, PathEscapeError, "was moved outside the working directory"),
+        (4, SandboxError, "no such file or folder"),
+        (5, SandboxError, "is a directory"),
+        (6, SandboxError, "not a regular file"),
+        (None, SandboxError, "read timed out"),
+    ],
+)
+def test_file_action_errors_name_the_path(code: int | None, error: type[Exception], message: str):
+    sandbox = MemorySandbox(Recorder(ExecResult(code, "")), workdir="/app")
+    with pytest.raises(error, match=message):
+        Sandbox.read_file(sandbox, "/app/f", max_bytes=10)
+
+
+# -- the fake's own file actions, as tests of code above the interface use them -----------------
+
+
+def test_the_fake_keeps_its_files_confined_to_the_workdir():
+    sandbox = MemorySandbox(Recorder(), workdir="/app", files={"/app/d/a.txt": b"abc"})
+    path = sandbox.confine("d/new.txt")
+    sandbox.write_file(path, b"new")
+    assert sandbox.read_file(path, max_bytes=2) == (b"ne", True)
+    assert sandbox.list_dir(sandbox.confine("d")) == "a.txt\nnew.txt\n"
+    with pytest.raises(SandboxError, match="is a directory"):
+        sandbox.read_file("/app/d", max_bytes=10)
+    with pytest.raises(PathEscapeError):
+        sandbox.confine("../etc/passwd")
+    with pytest.raises(PathEscapeError):
+        sandbox.read_file("/etc/passwd", max_bytes=10)
+    sandbox.remove()
+    assert not sandbox.is_running()
+
+
+def check(retries: int = 3, start_period_sec: float = 0.0) -> HealthcheckConfig:
+    return HealthcheckConfig(
+        command="curl -f localhost",
+        interval_sec=0,
+        timeout_sec=5,
+        start_period_sec=start_period_sec,
+        start_interval_sec=0,
+        retries=retries,
+    )
+
+
+def test_healthcheck_retries_until_it_passes():
+    failed = ExecResult(1, "refused")
+    handler = Recorder(failed, failed)
+    MemorySandbox(handler).healthcheck(check(), user="agent", where="t/task.toml: [x]")
+    assert [(call[0], call[1]) for call in handler.calls] == [("curl -f localhost", "agent")] * 3
+
+
+def test_healthcheck_fails_after_its_retries_in_a_row_past_the_start_period():
+    handler = Recorder(default=ExecResult(7, "connection refused\n"))
+    with pytest.raises(SandboxError) as raised:
+        MemorySandbox(handler).healthcheck(check(retries=2), user=None, where="t/task.toml: [x]")
+    assert str(raised.value) == (
+        "t/task.toml: [x] failed 2 times in a row: 'curl -f localhost'"
+        " (last output: 'connection refused')"
+    )
+    assert len(handler.calls) == 2
