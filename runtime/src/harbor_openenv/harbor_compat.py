@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .dataset import TASK_FILE, Task
+from .task import Task
+from .task_config import TASK_FILE, HealthcheckConfig, NetworkMode
 
 ORG_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
 _STEP_BAD = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
@@ -34,7 +35,6 @@ _SERVICE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 _HOST_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _TOPOLOGY = re.compile(r"^[1-9]\d*(x[1-9]\d*)+$")
-_NETWORK = Literal["no-network", "public", "allowlist"]
 
 
 class _Model(BaseModel):
@@ -119,15 +119,6 @@ class _Package(_Model):
         return value
 
 
-class _Healthcheck(_Model):
-    command: str
-    interval_sec: float = 5.0
-    timeout_sec: float = 30.0
-    start_period_sec: float = 0.0
-    start_interval_sec: float = 5.0
-    retries: int = 3
-
-
 class _Tpu(_Model):
     type: str = Field(min_length=1)
     topology: str
@@ -193,9 +184,9 @@ class _Environment(_Network):
     mcp_servers: list[_Mcp] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     skills_dir: str | None = None
-    healthcheck: _Healthcheck | None = None
+    healthcheck: HealthcheckConfig | None = None
     workdir: str | None = None
-    network_mode: _NETWORK = "public"
+    network_mode: NetworkMode = "public"
     allow_internet: bool | None = None
 
     @field_validator("os", mode="before")
@@ -245,7 +236,7 @@ class _Verifier(_Network):
     timeout_sec: float = 600.0
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
-    network_mode: _NETWORK | None = None
+    network_mode: NetworkMode | None = None
     environment_mode: Literal["shared", "separate"] | None = None
     environment: _Environment | None = None
     collect: list[_Collect] = Field(default_factory=list)
@@ -260,7 +251,7 @@ class _Verifier(_Network):
 class _Agent(_Network):
     timeout_sec: float | None = None
     user: str | int | None = None
-    network_mode: _NETWORK | None = None
+    network_mode: NetworkMode | None = None
 
 
 class _Artifact(_Model):
@@ -309,7 +300,7 @@ class _Step(_Model):
     agent: _Agent = Field(default_factory=_Agent)
     verifier: _Verifier = Field(default_factory=_Verifier)
     min_reward: float | dict[str, float] | None = None
-    healthcheck: _Healthcheck | None = None
+    healthcheck: HealthcheckConfig | None = None
     artifacts: list[str | _Artifact] = Field(default_factory=list)
 
     @field_validator("name")
@@ -402,7 +393,7 @@ def harbor_warnings(task: Task) -> list[dict[str, str]]:
             )
         )
     docker_image = (data.get("environment") or {}).get("docker_image")
-    if not docker_image and not (task.path / "environment").is_dir():
+    if not docker_image and not task.environment_dir.is_dir():
         found.append(
             _warning(
                 "environment/",
@@ -410,8 +401,8 @@ def harbor_warnings(task: Task) -> list[dict[str, str]]:
                 " skips the task",
             )
         )
-    inputs = [task.path / "tests", task.path / "solution"]
-    inputs += [task.path / "steps" / step.name for step in (config.steps or [])] if config else []
+    inputs = [task.tests_dir(), task.solution_dir()]
+    inputs += [task.step_path(step.name) for step in (config.steps or [])] if config else []
     for folder in inputs:
         escape = _escaping_link(folder, task.path)
         if escape:
@@ -470,7 +461,7 @@ def _describe(exc: ValidationError) -> list[tuple[str, str]]:
 _PLAIN_TAGS = {"str", "int", "float", "bool", "none", "dict[str,float]", "dict[str,str]"}
 
 
-def _field_name(loc: tuple) -> tuple[str, bool]:
+def _field_name(loc: tuple[int | str, ...]) -> tuple[str, bool]:
     """The TOML spelling of a pydantic error location (``[environment].tpu.topology``), and
     whether it is the error of a plain (non-table) alternative of a union."""
     parts: list[str] = []
@@ -516,9 +507,3 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
             if found is not None:
                 return found
     return None
-
-
-def _is_mapping(annotation: Any) -> bool:
-    if typing.get_origin(annotation) is dict:
-        return True
-    return any(_is_mapping(arg) for arg in typing.get_args(annotation))
