@@ -79,6 +79,27 @@ def test_image_sources_and_classification(tmp_path):
     assert "steps/one/instruction.md: missing" in dataset["steps"].problems[0]
 
 
+def test_paths_and_refusals(tmp_path):
+    make_task(tmp_path, "multi", "[[steps]]\nname = 'one'\n[[steps]]\nname = 'two'")
+    write(tmp_path / "multi" / "steps" / "one" / "solution" / "solve.sh")
+    make_task(tmp_path, "good")
+    make_task(tmp_path, "text", dockerfile=False, tests=False)
+    dataset = Dataset(tmp_path)
+    task = dataset["multi"]
+    one, two = task.config.steps or []
+    steps = task.path / "steps"
+    assert task.tests_dir() == task.path / "tests"
+    assert task.tests_dir(one) == steps / "one" / "tests"
+    assert task.oracle_dir(one) == steps / "one" / "solution"
+    assert task.oracle_dir(two) == task.path / "solution"  # no solution/ of its own
+    assert task.step_workdir(two) == steps / "two" / "workdir"
+    assert task.where(task.instruction_file(one)) == "multi/steps/one/instruction.md"
+    assert task.refusal is not None
+    assert task.refusal.startswith("multi cannot run (invalid): multi/steps/one/instruction.md")
+    assert dataset["good"].refusal is None
+    assert "text is a text-only task" in (dataset["text"].refusal or "")
+
+
 def test_strip_canary():
     text = "<!-- canary GUID 123 -->\n# harbor-canary xyz\n\nDo the thing.\n"
     assert strip_canary(text) == "Do the thing.\n"

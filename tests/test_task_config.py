@@ -78,3 +78,9 @@ def test_errors_name_the_file_and_field(text, expected):
         parse_task_config(text, "my/task/task.toml")
     assert str(info.value).startswith("my/task/task.toml: ")
     assert expected in str(info.value)
+
+
+def test_an_error_names_the_value_once():
+    with pytest.raises(DatasetError) as info:
+        parse_task_config('[[artifacts]]\nsource = "../x"')
+    assert str(info.value).count("(got '../x')") == 1

@@ -37,10 +37,10 @@ class DatasetError(Exception):
     """A dataset or task cannot be used; the message names the file and, where known, the field."""
 
 
-_Number = TypeVar("_Number")
+_Number = TypeVar("_Number", bound=float)
 
 
-def _positive_finite(value: Any) -> Any:
+def _positive_finite(value: _Number) -> _Number:
     """Timeouts and sizes: a NaN, infinite or non-positive one is a task error, not a hang."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("must be a finite number")
@@ -53,7 +53,7 @@ PositiveFinite = Annotated[_Number, AfterValidator(_positive_finite)]
 """A number the runtime waits or allocates by: ``PositiveFinite[float]``, ``[int]``, ..."""
 
 
-def _number_as_text(value: Any) -> Any:
+def _number_as_text(value: object) -> object:
     return str(value) if isinstance(value, int | float) else value
 
 
