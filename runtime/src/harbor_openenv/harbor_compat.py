@@ -19,15 +19,31 @@ import types
 import typing
 from ipaddress import ip_address, ip_network
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .task import Task
-from .task_config import TASK_FILE, HealthcheckConfig, NetworkMode
+from .task_config import (
+    TASK_FILE,
+    ArtifactSource,
+    HealthcheckConfig,
+    NetworkMode,
+    SolutionConfig,
+    portable_name,
+    unique_names,
+    version_alias,
+)
 
 ORG_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
-_STEP_BAD = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
 _WINDOWS_DEVICE = re.compile(
     r"^(CON|PRN|AUX|NUL|CONIN\$|CONOUT\$|(?:COM|LPT)[1-9¹²³])$", re.IGNORECASE
 )
@@ -255,7 +271,7 @@ class _Agent(_Network):
 
 
 class _Artifact(_Model):
-    source: str
+    source: ArtifactSource
     destination: str | None = None
     exclude: list[str] = Field(default_factory=list)
     service: str | None = None
@@ -264,13 +280,6 @@ class _Artifact(_Model):
     @classmethod
     def _service(cls, value: str | None) -> str | None:
         return _service(value)
-
-    @field_validator("source")
-    @classmethod
-    def _source(cls, value: str) -> str:
-        if ".." in PurePosixPath(value).parts:
-            raise ValueError("must not contain '..' components")
-        return value
 
     @field_validator("destination")
     @classmethod
@@ -306,21 +315,11 @@ class _Step(_Model):
     @field_validator("name")
     @classmethod
     def _portable(cls, name: str) -> str:
-        if (
-            not name.strip()
-            or name in {".", ".."}
-            or name.endswith((".", " "))
-            or _STEP_BAD.search(name)
-            or _WINDOWS_DEVICE.fullmatch(name.partition(".")[0].rstrip(" "))
-        ):
+        if not portable_name(name) or _WINDOWS_DEVICE.fullmatch(name.partition(".")[0].rstrip(" ")):
             raise ValueError("is not a portable directory name (Windows device names included)")
         if len(name.encode("utf-8")) > 255:
             raise ValueError("must be at most 255 UTF-8 bytes")
         return name
-
-
-class _Solution(_Model):
-    env: dict[str, str] = Field(default_factory=dict)
 
 
 class _TaskConfig(_Model):
@@ -330,32 +329,16 @@ class _TaskConfig(_Model):
     verifier: _Verifier = Field(default_factory=_Verifier)
     agent: _Agent = Field(default_factory=_Agent)
     environment: _Environment = Field(default_factory=_Environment)
-    solution: _Solution = Field(default_factory=_Solution)
+    solution: SolutionConfig = Field(default_factory=SolutionConfig)
     source: str | None = None
     multi_step_reward_strategy: Literal["mean", "final"] | None = None
-    steps: list[_Step] | None = None
+    steps: Annotated[list[_Step] | None, AfterValidator(unique_names)] = None
     artifacts: list[str | _Artifact] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
-    def _version(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "version" in data:
-            data = dict(data)
-            data.setdefault("schema_version", data.pop("version"))
-        return data
-
-    @field_validator("steps")
-    @classmethod
-    def _unique(cls, steps: list[_Step] | None) -> list[_Step] | None:
-        import unicodedata
-
-        seen: set[str] = set()
-        for step in steps or []:
-            key = unicodedata.normalize("NFC", step.name).casefold()
-            if key in seen:
-                raise ValueError(f"step names must be unique (case-insensitively): {step.name!r}")
-            seen.add(key)
-        return steps
+    def _version(cls, data: object) -> object:
+        return version_alias(data)
 
 
 def config_warnings(data: dict[str, Any]) -> list[tuple[str, str]]:

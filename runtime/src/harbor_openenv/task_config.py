@@ -12,7 +12,7 @@ import re
 import tomllib
 import unicodedata
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -61,6 +61,53 @@ SchemaVersion = Annotated[str, BeforeValidator(_number_as_text)]
 """``schema_version``: a string; the runtime also takes a number (``version = 1.0``), Harbor not."""
 
 
+def _no_parent(value: str) -> str:
+    if ".." in PurePosixPath(value).parts:
+        raise ValueError("must not contain '..' components")
+    return value
+
+
+ArtifactSource = Annotated[str, AfterValidator(_no_parent)]
+"""An artifact's ``source`` (Harbor's rule too): a path without ``..`` components."""
+
+
+def portable_name(name: str) -> bool:
+    """Whether ``name`` is a directory name on every system (a ``[[steps]]`` entry's name)."""
+    return not (
+        not name.strip()
+        or name in {".", ".."}
+        or name.endswith((".", " "))
+        or _BAD_STEP_NAME.search(name)
+    )
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_Step = TypeVar("_Step", bound=_Named)
+
+
+def unique_names(steps: list[_Step] | None) -> list[_Step] | None:
+    """``[[steps]]``: names unique case-insensitively (and up to Unicode normalization)."""
+    seen: set[str] = set()
+    for step in steps or []:
+        key = unicodedata.normalize("NFC", step.name).casefold()
+        if key in seen:
+            raise ValueError(f"step names must be unique (case-insensitively): {step.name!r}")
+        seen.add(key)
+    return steps
+
+
+def version_alias(data: object) -> object:
+    """``version``, the old name of ``schema_version`` (which wins when both are given)."""
+    if isinstance(data, dict) and "version" in data:
+        data = dict(data)
+        data.setdefault("schema_version", data.pop("version"))
+    return data
+
+
 class _Table(BaseModel):
     # Harbor drops keys it does not know (pydantic's default); so do we.
     model_config = ConfigDict(extra="ignore")
@@ -80,17 +127,10 @@ class HealthcheckConfig(_Table):
 class ArtifactConfig(_Table):
     """An ``artifacts`` entry given as a table (a bare string is its ``source``)."""
 
-    source: str
+    source: ArtifactSource
     destination: str | None = None
     exclude: list[str] = Field(default_factory=list)
     service: str | None = None
-
-    @field_validator("source")
-    @classmethod
-    def _no_parent(cls, value: str) -> str:
-        if ".." in PurePosixPath(value).parts:
-            raise ValueError("must not contain '..' components")
-        return value
 
 
 class AgentConfig(_Table):
@@ -177,12 +217,7 @@ class StepConfig(_Table):
     @field_validator("name")
     @classmethod
     def _portable_name(cls, value: str) -> str:
-        if (
-            not value.strip()
-            or value in {".", ".."}
-            or value.endswith((".", " "))
-            or _BAD_STEP_NAME.search(value)
-        ):
+        if not portable_name(value):
             raise ValueError(f"{value!r} is not a portable directory name")
         return value
 
@@ -197,28 +232,13 @@ class TaskConfig(_Table):
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     solution: SolutionConfig = Field(default_factory=SolutionConfig)
     multi_step_reward_strategy: Literal["mean", "final"] | None = None
-    steps: list[StepConfig] | None = None
+    steps: Annotated[list[StepConfig] | None, AfterValidator(unique_names)] = None
     artifacts: list[str | ArtifactConfig] = Field(default_factory=list)
-
-    @field_validator("steps")
-    @classmethod
-    def _unique_steps(cls, steps: list[StepConfig] | None) -> list[StepConfig] | None:
-        seen: set[str] = set()
-        for step in steps or []:
-            key = unicodedata.normalize("NFC", step.name).casefold()
-            if key in seen:
-                raise ValueError(f"step names must be unique (case-insensitively): {step.name!r}")
-            seen.add(key)
-        return steps
 
     @model_validator(mode="before")
     @classmethod
-    def _version_alias(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "version" in data:
-            data = dict(data)
-            version = data.pop("version")
-            data.setdefault("schema_version", version)
-        return data
+    def _version_alias(cls, data: object) -> object:
+        return version_alias(data)
 
     @property
     def repo2env(self) -> dict[str, Any]:
