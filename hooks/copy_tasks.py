@@ -21,8 +21,9 @@ runtime's wheel from the template's own runtime/ (``uv build --wheel``, else ``p
 first. Built wheels are cached by the runtime's content under ~/.cache/harbor-openenv.
 
 It runs on copier's Python, which has pydantic (a copier dependency) but not the runtime's server
-extras, so it imports only harbor_openenv.dataset, .manifest and .sync, from the template's
-runtime/src, without running the package's __init__ (which may import the server stack).
+extras, so it imports only harbor_openenv.manifest, .sync and .task (and the task_config and
+dataset modules they use), from the template's runtime/src, without running the package's __init__
+(which may import the server stack).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ RUNTIME_SRC = Path(__file__).resolve().parents[1] / "runtime" / "src"
 PROGRESS_FROM = 500  # show progress for datasets with more files than this
 
 
-def _import_runtime() -> tuple[types.ModuleType, types.ModuleType]:
-    """Import harbor_openenv.manifest and .sync from the template's runtime/src."""
+def _import_runtime() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
+    """Import harbor_openenv.manifest, .sync and .task from the template's runtime/src."""
     package_dir = RUNTIME_SRC / "harbor_openenv"
     if "harbor_openenv" not in sys.modules:
         package = types.ModuleType("harbor_openenv")
@@ -54,6 +55,7 @@ def _import_runtime() -> tuple[types.ModuleType, types.ModuleType]:
     return (
         importlib.import_module("harbor_openenv.manifest"),
         importlib.import_module("harbor_openenv.sync"),
+        importlib.import_module("harbor_openenv.task"),
     )
 
 
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.dataset is None:
         parser.error("--dataset is required")
-    manifest_mod, sync = _import_runtime()
+    manifest_mod, sync, task_mod = _import_runtime()
+    kind = task_mod.TaskKind
 
     source = args.dataset
     if not source.is_absolute():
@@ -195,21 +198,21 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"Dataset: {root} ({count} task{'s' if count != 1 else ''})", file=sys.stderr)
     print(
-        f"  runnable: {len(by_kind['runnable'])}, text-only: {len(by_kind['text-only'])}, "
-        f"unsupported: {len(by_kind['unsupported'])}",
+        f"  runnable: {len(by_kind[kind.RUNNABLE])}, text-only: {len(by_kind[kind.TEXT_ONLY])},"
+        f" unsupported: {len(by_kind[kind.UNSUPPORTED])}",
         file=sys.stderr,
     )
-    if by_kind["text-only"]:
+    if text_only := by_kind[kind.TEXT_ONLY]:
         print(
-            f"  WARNING: {len(by_kind['text-only'])} text-only task(s) have no environment/ and no"
+            f"  WARNING: {len(text_only)} text-only task(s) have no environment/ and no"
             " tests/: the server lists them, but they are scored client-side against"
             " solution/patch.diff, never in a container.",
             file=sys.stderr,
         )
-    for task in by_kind["unsupported"]:
+    for task in by_kind[kind.UNSUPPORTED]:
         for problem in task.problems:
             print(f"  WARNING (unsupported, kept but not runnable): {problem}", file=sys.stderr)
-    for task in by_kind["invalid"]:  # only with --invalid-tasks keep
+    for task in by_kind[kind.INVALID]:  # only with --invalid-tasks keep
         for problem in task.problems:
             print(
                 f"  WARNING (invalid, copied as it is, refused at reset): {problem}",

@@ -13,8 +13,9 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harbor_openenv.dataset import Dataset, DatasetError, parse_task_config
+from harbor_openenv.dataset import Dataset
 from harbor_openenv.sandbox import PathEscapeError, SandboxError, resolve_within
+from harbor_openenv.task_config import DatasetError, parse_task_config
 
 # -- resolve_within (lexical) ----------------------------------------------------------------------
 

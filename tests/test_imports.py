@@ -23,7 +23,7 @@ def test_core_does_not_import_openenv():
         """
         import sys
         import harbor_openenv, harbor_openenv.dataset, harbor_openenv.reward
-        import harbor_openenv.manifest
+        import harbor_openenv.manifest, harbor_openenv.task, harbor_openenv.task_config
         loaded = [m for m in sys.modules if m.split(".")[0] in {"openenv", "docker", "fastapi"}]
         assert not loaded, loaded
         print(harbor_openenv.__version__)

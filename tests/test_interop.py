@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TOKEN, Server, runtime_containers, wait_until
 
-from harbor_openenv.dataset import Dataset, TaskKind
+from harbor_openenv.dataset import Dataset
+from harbor_openenv.task import TaskKind
 
 pytestmark = pytest.mark.docker
 

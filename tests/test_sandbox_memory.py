@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from harbor_openenv import helper
-from harbor_openenv.dataset import HealthcheckConfig
 from harbor_openenv.sandbox import ExecResult, PathEscapeError, Sandbox, SandboxError, TooLargeError
 from harbor_openenv.sandbox.base import EXEC_MARK, load_script
 from harbor_openenv.sandbox.memory import MemorySandbox
+from harbor_openenv.task_config import HealthcheckConfig
 
 Call = tuple[str, str, dict[str, str], str]
 OK = ExecResult(0, "")

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, Server, wait_until
 
-from harbor_openenv.dataset import Dataset, DatasetError, TaskConfig, parse_task_config, resolve_env
+from harbor_openenv.dataset import Dataset
 from harbor_openenv.steps import final_metrics, min_reward_failure
+from harbor_openenv.task_config import DatasetError, TaskConfig, parse_task_config, resolve_env
 
 FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
 PROJECT_LABEL = "harbor-openenv.compose-project"

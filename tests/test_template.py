@@ -440,7 +440,8 @@ def test_a_dataset_with_invalid_tasks_renders_only_when_asked(tmp_path):
     """Real datasets carry helper folders with a task.toml and no instruction.md (harbor run
     skips them): refused by default, naming them; with allow_invalid_tasks, copied byte for byte,
     listed, and refused at reset with their reasons."""
-    from harbor_openenv.dataset import Dataset, TaskKind
+    from harbor_openenv.dataset import Dataset
+    from harbor_openenv.task import TaskKind
 
     dataset = tmp_path / "dataset"
     write_task(dataset / "good")

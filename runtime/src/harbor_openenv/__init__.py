@@ -1,8 +1,9 @@
 """Serve Harbor task directories as an OpenEnv environment.
 
-The core (``dataset``, ``reward``, ``manifest``) needs only pydantic. Server and client names load
-lazily: the client (``HarborEnvClient``, ``agent_tools``, the models) needs the ``client`` extra
-(``pip install 'harbor-openenv[client]'``, websockets only), the server the ``server`` extra.
+The core (``task_config``, ``task``, ``dataset``, ``reward``, ``manifest``) needs only pydantic.
+Server and client names load lazily: the client (``HarborEnvClient``, ``agent_tools``, the models)
+needs the ``client`` extra (``pip install 'harbor-openenv[client]'``, websockets only), the server
+the ``server`` extra.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import IO
 
-from .dataset import ArtifactConfig
 from .sandbox import Sandbox, TooLargeError
+from .task_config import ArtifactConfig
 
 
 @dataclass(frozen=True)

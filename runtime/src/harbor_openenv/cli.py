@@ -21,15 +21,9 @@ from typing import Any, TextIO
 
 from ._version import __version__
 from .config import Settings
-from .dataset import (
-    TASK_FILE,
-    Dataset,
-    DatasetError,
-    Task,
-    TaskKind,
-    find_tasks_root,
-    serve_time_variables,
-)
+from .dataset import Dataset, find_tasks_root
+from .task import Task, TaskKind
+from .task_config import TASK_FILE, DatasetError, serve_time_variables
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130

@@ -29,19 +29,7 @@ from . import artifacts, engine
 from ._openenv import Environment
 from .about import environment_metadata
 from .config import Settings
-from .dataset import (
-    Dataset,
-    DatasetError,
-    EnvironmentConfig,
-    HealthcheckConfig,
-    StepConfig,
-    Task,
-    TaskKind,
-    artifact_entries,
-    resolve_env,
-    verifier_environment,
-    verifier_mode,
-)
+from .dataset import Dataset
 from .disk import DiskGuard
 from .events import Timer, event
 from .helper import HelperError, HelperVolume
@@ -62,6 +50,17 @@ from .sandbox import (
     server_identity,
 )
 from .steps import final_metrics, min_reward_failure
+from .task import Task
+from .task_config import (
+    DatasetError,
+    EnvironmentConfig,
+    HealthcheckConfig,
+    StepConfig,
+    artifact_entries,
+    resolve_env,
+    verifier_environment,
+    verifier_mode,
+)
 
 log = logging.getLogger("harbor_openenv")
 _TAIL = 8192
@@ -169,7 +168,7 @@ class Runtime:
         if self.settings.pool_size <= 0 or not ids:
             return
         task = self.dataset[self.settings.default_task or ids[0]]
-        if _refusal(task) or task.compose_file is not None or self.check_files(task):
+        if task.refusal or task.compose_file is not None or self.check_files(task):
             return
         table = task.config.environment
         env = _resolve_envs(task).environment
@@ -305,7 +304,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         try:
             task = dataset[self._pick(task_id, index, seed)]
             self._state.task_id = task.id
-            refusal = _refusal(task) or self._runtime.check_files(task)
+            refusal = task.refusal or self._runtime.check_files(task)
             if refusal:
                 return self._fail("reset", refusal, task_id=task.id, done=True)
             config = task.config
@@ -454,7 +453,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         run its setup.sh and the step's healthcheck. Processes setup.sh starts after the first
         step are not the environment's: the step's evaluate stops them like the agent's."""
         sandbox, step = self._sandbox, self._step()
-        where = f"{self._task.id}/steps/{step.name}"
+        where = self._task.where(self._task.step_path(step.name))
         if self._step_index > 0 and self._verifier_dirs_used:
             sandbox.stop_processes(prepare=("", VERIFIER_DIR, _TESTS_DIR, "stage"))
         script = "rm -rf -- /logs/agent && mkdir -p /logs/agent && chmod 777 /logs/agent"
@@ -462,7 +461,7 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         if cleared.exit_code != 0:
             raise SandboxError(f"cannot clear the last step's outputs: {cleared.output.strip()}")
         self._verifier_dirs_used = False
-        folder = self._task.step_path(step) / "workdir"
+        folder = self._task.step_workdir(step)
         if folder.is_dir():
             sandbox.put_dir(folder, sandbox.workdir, replace=False)
         if (folder / "setup.sh").is_file():
@@ -712,9 +711,9 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         steps/<name>/tests/) to /tests unless the image brings them; run test.sh as Harbor does;
         read the reward files through the engine, never through the container's programs."""
         config, settings = self._task.config, self._runtime.settings
-        folders = [] if bundled else [self._task.path / "tests"]
+        folders = [] if bundled else [self._task.tests_dir()]
         if step is not None and not bundled:
-            folders.append(self._task.step_path(step) / "tests")
+            folders.append(self._task.tests_dir(step))
         present = [folder for folder in folders if folder.is_dir()]
         table = step.verifier if step else config.verifier
         user = table.user if table.user is not None else config.verifier.user
@@ -800,12 +799,9 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
     def _solve(self, action: HarborAction) -> HarborObservation:
         """Run the oracle: stage the (step's) solution/ to /solution, run solve.sh, remove it."""
         sandbox, step = self._sandbox, self._step()
-        solution = self._task.path / "solution"
-        if step is not None and (self._task.step_path(step) / "solution").is_dir():
-            solution = self._task.step_path(step) / "solution"
+        solution = self._task.oracle_dir(step)
         if not (solution / "solve.sh").is_file():
-            where = solution.relative_to(self._task.path).as_posix()
-            return self._fail("solve", f"{self._task.id}/{where}/solve.sh: missing")
+            return self._fail("solve", f"{self._task.where(solution)}/solve.sh: missing")
         # No agent process may watch /solution: stop them all first, as evaluate does.
         sandbox.stop_processes()
         sandbox.put_dir(solution, "/solution", executable="solve.sh")
@@ -882,17 +878,6 @@ def _tail_of(sandbox: Sandbox, path: str) -> str:
     except SandboxError as exc:
         return f"({exc})"
     return (data or b"").decode("utf-8", errors="replace")
-
-
-def _refusal(task: Task) -> str | None:
-    if task.kind is TaskKind.RUNNABLE:
-        return None
-    if task.kind is TaskKind.TEXT_ONLY:
-        return (
-            f"{task.id} is a text-only task (no environment/ and no tests/): there is no"
-            " container to run; score it client-side against solution/patch.diff"
-        )
-    return f"{task.id} cannot run ({task.kind}): " + "; ".join(task.problems)
 
 
 def _need(value: str | None, action: str) -> str:

@@ -19,14 +19,31 @@ import types
 import typing
 from ipaddress import ip_address, ip_network
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from .dataset import TASK_FILE, Task
+from .task import Task
+from .task_config import (
+    TASK_FILE,
+    ArtifactSource,
+    HealthcheckConfig,
+    NetworkMode,
+    SolutionConfig,
+    portable_name,
+    unique_names,
+    version_alias,
+)
 
 ORG_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
-_STEP_BAD = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
 _WINDOWS_DEVICE = re.compile(
     r"^(CON|PRN|AUX|NUL|CONIN\$|CONOUT\$|(?:COM|LPT)[1-9¹²³])$", re.IGNORECASE
 )
@@ -34,7 +51,6 @@ _SERVICE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 _HOST_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _TOPOLOGY = re.compile(r"^[1-9]\d*(x[1-9]\d*)+$")
-_NETWORK = Literal["no-network", "public", "allowlist"]
 
 
 class _Model(BaseModel):
@@ -119,15 +135,6 @@ class _Package(_Model):
         return value
 
 
-class _Healthcheck(_Model):
-    command: str
-    interval_sec: float = 5.0
-    timeout_sec: float = 30.0
-    start_period_sec: float = 0.0
-    start_interval_sec: float = 5.0
-    retries: int = 3
-
-
 class _Tpu(_Model):
     type: str = Field(min_length=1)
     topology: str
@@ -193,9 +200,9 @@ class _Environment(_Network):
     mcp_servers: list[_Mcp] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     skills_dir: str | None = None
-    healthcheck: _Healthcheck | None = None
+    healthcheck: HealthcheckConfig | None = None
     workdir: str | None = None
-    network_mode: _NETWORK = "public"
+    network_mode: NetworkMode = "public"
     allow_internet: bool | None = None
 
     @field_validator("os", mode="before")
@@ -245,7 +252,7 @@ class _Verifier(_Network):
     timeout_sec: float = 600.0
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
-    network_mode: _NETWORK | None = None
+    network_mode: NetworkMode | None = None
     environment_mode: Literal["shared", "separate"] | None = None
     environment: _Environment | None = None
     collect: list[_Collect] = Field(default_factory=list)
@@ -260,11 +267,11 @@ class _Verifier(_Network):
 class _Agent(_Network):
     timeout_sec: float | None = None
     user: str | int | None = None
-    network_mode: _NETWORK | None = None
+    network_mode: NetworkMode | None = None
 
 
 class _Artifact(_Model):
-    source: str
+    source: ArtifactSource
     destination: str | None = None
     exclude: list[str] = Field(default_factory=list)
     service: str | None = None
@@ -273,13 +280,6 @@ class _Artifact(_Model):
     @classmethod
     def _service(cls, value: str | None) -> str | None:
         return _service(value)
-
-    @field_validator("source")
-    @classmethod
-    def _source(cls, value: str) -> str:
-        if ".." in PurePosixPath(value).parts:
-            raise ValueError("must not contain '..' components")
-        return value
 
     @field_validator("destination")
     @classmethod
@@ -309,27 +309,17 @@ class _Step(_Model):
     agent: _Agent = Field(default_factory=_Agent)
     verifier: _Verifier = Field(default_factory=_Verifier)
     min_reward: float | dict[str, float] | None = None
-    healthcheck: _Healthcheck | None = None
+    healthcheck: HealthcheckConfig | None = None
     artifacts: list[str | _Artifact] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
     def _portable(cls, name: str) -> str:
-        if (
-            not name.strip()
-            or name in {".", ".."}
-            or name.endswith((".", " "))
-            or _STEP_BAD.search(name)
-            or _WINDOWS_DEVICE.fullmatch(name.partition(".")[0].rstrip(" "))
-        ):
+        if not portable_name(name) or _WINDOWS_DEVICE.fullmatch(name.partition(".")[0].rstrip(" ")):
             raise ValueError("is not a portable directory name (Windows device names included)")
         if len(name.encode("utf-8")) > 255:
             raise ValueError("must be at most 255 UTF-8 bytes")
         return name
-
-
-class _Solution(_Model):
-    env: dict[str, str] = Field(default_factory=dict)
 
 
 class _TaskConfig(_Model):
@@ -339,32 +329,16 @@ class _TaskConfig(_Model):
     verifier: _Verifier = Field(default_factory=_Verifier)
     agent: _Agent = Field(default_factory=_Agent)
     environment: _Environment = Field(default_factory=_Environment)
-    solution: _Solution = Field(default_factory=_Solution)
+    solution: SolutionConfig = Field(default_factory=SolutionConfig)
     source: str | None = None
     multi_step_reward_strategy: Literal["mean", "final"] | None = None
-    steps: list[_Step] | None = None
+    steps: Annotated[list[_Step] | None, AfterValidator(unique_names)] = None
     artifacts: list[str | _Artifact] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
-    def _version(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "version" in data:
-            data = dict(data)
-            data.setdefault("schema_version", data.pop("version"))
-        return data
-
-    @field_validator("steps")
-    @classmethod
-    def _unique(cls, steps: list[_Step] | None) -> list[_Step] | None:
-        import unicodedata
-
-        seen: set[str] = set()
-        for step in steps or []:
-            key = unicodedata.normalize("NFC", step.name).casefold()
-            if key in seen:
-                raise ValueError(f"step names must be unique (case-insensitively): {step.name!r}")
-            seen.add(key)
-        return steps
+    def _version(cls, data: object) -> object:
+        return version_alias(data)
 
 
 def config_warnings(data: dict[str, Any]) -> list[tuple[str, str]]:
@@ -402,7 +376,7 @@ def harbor_warnings(task: Task) -> list[dict[str, str]]:
             )
         )
     docker_image = (data.get("environment") or {}).get("docker_image")
-    if not docker_image and not (task.path / "environment").is_dir():
+    if not docker_image and not task.environment_dir.is_dir():
         found.append(
             _warning(
                 "environment/",
@@ -410,8 +384,8 @@ def harbor_warnings(task: Task) -> list[dict[str, str]]:
                 " skips the task",
             )
         )
-    inputs = [task.path / "tests", task.path / "solution"]
-    inputs += [task.path / "steps" / step.name for step in (config.steps or [])] if config else []
+    inputs = [task.tests_dir(), task.solution_dir()]
+    inputs += [task.step_path(step.name) for step in (config.steps or [])] if config else []
     for folder in inputs:
         escape = _escaping_link(folder, task.path)
         if escape:
@@ -470,7 +444,7 @@ def _describe(exc: ValidationError) -> list[tuple[str, str]]:
 _PLAIN_TAGS = {"str", "int", "float", "bool", "none", "dict[str,float]", "dict[str,str]"}
 
 
-def _field_name(loc: tuple) -> tuple[str, bool]:
+def _field_name(loc: tuple[int | str, ...]) -> tuple[str, bool]:
     """The TOML spelling of a pydantic error location (``[environment].tpu.topology``), and
     whether it is the error of a plain (non-table) alternative of a union."""
     parts: list[str] = []
@@ -516,9 +490,3 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
             if found is not None:
                 return found
     return None
-
-
-def _is_mapping(annotation: Any) -> bool:
-    if typing.get_origin(annotation) is dict:
-        return True
-    return any(_is_mapping(arg) for arg in typing.get_args(annotation))

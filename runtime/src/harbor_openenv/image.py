@@ -25,8 +25,9 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from .dataset import Task, verifier_mode
 from .events import Timer, event
+from .task import Task, TaskKind
+from .task_config import verifier_mode
 
 IMAGE_REPOSITORY = "harbor-openenv/task"
 _IGNORED = {".git", ".DS_Store", "__pycache__"}
@@ -74,12 +75,12 @@ class ImageResolver:
                 " nothing to run it in"
                 + (
                     "; it is text-only: score it client-side against solution/patch.diff"
-                    if task.kind == "text-only"
+                    if task.kind is TaskKind.TEXT_ONLY
                     else ""
                 )
             )
         if source.kind == "dockerfile":
-            return self.build(task, task.path / "environment")
+            return self.build(task, task.environment_dir)
         return self.use(task, source.ref or "", pullable=source.pullable)
 
     def build(self, task: Task, folder: Path) -> str:
@@ -217,7 +218,7 @@ def task_images(task: Task) -> list[tuple[str, Callable[[ImageResolver], str]]]:
     source = task.image
     if source is not None:
         if source.kind == "dockerfile":
-            tag = f"{IMAGE_REPOSITORY}:{environment_hash(task.path / 'environment')}"
+            tag = f"{IMAGE_REPOSITORY}:{environment_hash(task.environment_dir)}"
             images[tag] = lambda resolver: resolver.resolve(task)
         elif source.ref:
             images[source.ref] = lambda resolver: resolver.resolve(task)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .dataset import Dataset, DatasetError, Task, find_tasks_root
+from .dataset import Dataset, find_tasks_root
 from .manifest import (
     MANIFEST_NAME,
     CopyError,
@@ -26,10 +26,11 @@ from .manifest import (
     verify_manifest,
     write_manifest,
 )
+from .task import Task, TaskKind
+from .task_config import DatasetError
 
 SUMMARY_START = "<!-- harbor-openenv:dataset-summary:start"
 SUMMARY_END = "<!-- harbor-openenv:dataset-summary:end -->"
-KINDS = ("runnable", "text-only", "unsupported", "invalid")
 
 
 class SyncError(Exception):
@@ -42,7 +43,7 @@ class SyncRefused(SyncError):
 
 def open_dataset(
     source: Path, *, allow_invalid: bool = False
-) -> tuple[Dataset, dict[str, list[Task]]]:
+) -> tuple[Dataset, dict[TaskKind, list[Task]]]:
     """The dataset under ``source`` with its tasks by kind; an empty dataset raises, and so does
     one with invalid tasks unless ``allow_invalid`` (they are then kept, and refused at reset)."""
     if not source.is_dir():
@@ -56,13 +57,14 @@ def open_dataset(
         ) from None
     if not ids:
         raise SyncRefused(f"no task found under {dataset.root}")
-    by_kind: dict[str, list[Task]] = {kind: [] for kind in KINDS}
+    by_kind: dict[TaskKind, list[Task]] = {kind: [] for kind in TaskKind}
     for task in dataset:
-        by_kind[task.kind.value].append(task)
-    if by_kind["invalid"] and not allow_invalid:
-        problems = [p for task in by_kind["invalid"] for p in task.problems]
+        by_kind[task.kind].append(task)
+    invalid = by_kind[TaskKind.INVALID]
+    if invalid and not allow_invalid:
+        problems = [p for task in invalid for p in task.problems]
         raise SyncRefused(
-            f"{len(by_kind['invalid'])} invalid task(s) in {dataset.root}; fix them (or remove"
+            f"{len(invalid)} invalid task(s) in {dataset.root}; fix them (or remove"
             " them from the dataset) and try again, or keep them as they are, refused at reset"
             " with their reasons (copier: -d allow_invalid_tasks=true; sync-tasks:"
             " --allow-invalid):\n  " + "\n  ".join(problems)
@@ -70,7 +72,7 @@ def open_dataset(
     return dataset, by_kind
 
 
-def summary_markdown(by_kind: dict[str, list[Task]]) -> str:
+def summary_markdown(by_kind: dict[TaskKind, list[Task]]) -> str:
     """The dataset section of the environment's README."""
     total = sum(len(tasks) for tasks in by_kind.values())
     lines = [
@@ -78,32 +80,37 @@ def summary_markdown(by_kind: dict[str, list[Task]]) -> str:
         "",
         "| Kind | Count |",
         "|---|---|",
-        f"| runnable (Docker container per episode) | {len(by_kind['runnable'])} |",
+        f"| runnable (Docker container per episode) | {len(by_kind[TaskKind.RUNNABLE])} |",
         f"| text-only (scored client-side against `solution/patch.diff`) "
-        f"| {len(by_kind['text-only'])} |",
-        f"| unsupported by this runtime (listed, not runnable) | {len(by_kind['unsupported'])} |",
+        f"| {len(by_kind[TaskKind.TEXT_ONLY])} |",
+        f"| unsupported by this runtime (listed, not runnable) "
+        f"| {len(by_kind[TaskKind.UNSUPPORTED])} |",
     ]
-    if by_kind["invalid"]:
+    invalid = by_kind[TaskKind.INVALID]
+    if invalid:
         lines.append(
             f"| invalid (copied as they are; reset refuses them with the reasons below)"
-            f" | {len(by_kind['invalid'])} |"
+            f" | {len(invalid)} |"
         )
     lines.append("")
     shown = 50
-    for kind, label in (("text-only", "Text-only tasks"), ("unsupported", "Unsupported tasks")):
+    for kind, label in (
+        (TaskKind.TEXT_ONLY, "Text-only tasks"),
+        (TaskKind.UNSUPPORTED, "Unsupported tasks"),
+    ):
         tasks = by_kind[kind]
         if tasks:
             names = ", ".join(f"`{t.id}`" for t in tasks[:shown])
             more = f" and {len(tasks) - shown} more" if len(tasks) > shown else ""
             lines.append(f"{label}: {names}{more}.")
             lines.append("")
-    if by_kind["invalid"]:
+    if invalid:
         lines.append("Invalid tasks:")
         lines.append("")
-        for task in by_kind["invalid"][:shown]:
+        for task in invalid[:shown]:
             lines.append(f"- `{task.id}`: " + "; ".join(task.problems))
-        if len(by_kind["invalid"]) > shown:
-            lines.append(f"- and {len(by_kind['invalid']) - shown} more")
+        if len(invalid) > shown:
+            lines.append(f"- and {len(invalid) - shown} more")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
