@@ -569,7 +569,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns (and, as a script, exits with) the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        status: int = args.run(args)
+        return status
     except UsageError as exc:
         print(f"harbor-openenv {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
