@@ -34,6 +34,8 @@ LABEL = "harbor-openenv"
 LABEL_OWNER = "harbor-openenv.owner"
 LABEL_TASK = "harbor-openenv.task"
 _CONTAINER_ID = re.compile(r"/containers/([0-9a-f]{64})/")
+# Where Docker bind-mounts a container's own files from /var/lib/docker/containers/<id>/.
+_CONTAINER_FILES = ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
 _EXEC_MARK = "HARBOR_OPENENV_EXEC"
 
 
@@ -99,8 +101,22 @@ def server_scope() -> str:
         mounts = Path("/proc/self/mountinfo").read_text()
     except OSError:
         mounts = ""
-    match = _CONTAINER_ID.search(mounts)
-    return f"c-{match[1][:12]}" if match else f"h-{socket.gethostname()}"
+    found = container_id(mounts)
+    return f"c-{found[:12]}" if found else f"h-{socket.gethostname()}"
+
+
+def container_id(mountinfo: str) -> str | None:
+    """The container whose files are mounted at this process's /etc/hostname (hosts,
+    resolv.conf), or None. Only a mount point counts: on a host running the engine, every running
+    container's files are listed too, under their overlay folders, and which one comes first
+    changes as containers come and go."""
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4 and fields[4] in _CONTAINER_FILES:
+            match = _CONTAINER_ID.search(fields[3])
+            if match:
+                return match[1]
+    return None
 
 
 def server_identity() -> str:
