@@ -13,7 +13,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,10 @@ from datetime import datetime
 from pathlib import Path
 
 import docker
-import httpx
+
+from harbor_openenv import driver
+from harbor_openenv.launch import Server
+from harbor_openenv.models import HarborAction
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "fixtures" / "tasks"
@@ -49,47 +51,14 @@ def median_s(run: Callable[[], object], reps: int) -> float:
     return statistics.median(times)
 
 
-class Server:
+def bench_server(tasks: Path, **env: str) -> Server:
     """The runtime server as a trainer meets it: uvicorn in its own process, on 127.0.0.1."""
+    return Server(tasks, token=TOKEN, **env)
 
-    def __init__(self, tasks: Path, **env: str) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        environ = {
-            **os.environ,
-            "HARBOR_OPENENV_TASKS": str(tasks),
-            "HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN,
-            **env,
-        }
-        command = [sys.executable, "-m", "uvicorn", "--factory", "harbor_openenv.app:build_app"]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
-        self.started = time.perf_counter()
-        self.process = subprocess.Popen(command, env=environ)
-        self.health_s = self._wait_healthy()
 
-    def _wait_healthy(self) -> float:
-        while time.perf_counter() - self.started < 120:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return time.perf_counter() - self.started
-            except httpx.HTTPError:
-                time.sleep(0.005)
-        raise RuntimeError("the server did not become healthy")
-
-    def rss_mib(self) -> float:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1]) / 1024
-
-    def client(self):
-        from harbor_openenv.client import HarborEnvClient
-
-        return HarborEnvClient(self.url, orchestration_token=TOKEN)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=60)
+def rss_mib(server: Server) -> float:
+    status = Path(f"/proc/{server.process.pid}/status").read_text()
+    return int(next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1]) / 1024
 
 
 def tests_archive() -> bytes:
@@ -151,8 +120,7 @@ def runtime_figures(server: Server, reps: int) -> dict[str, float]:
         for _ in range(reps):  # a whole no-op episode, connection included
             start = time.perf_counter()
             with server.client() as fresh:
-                fresh.reset(task_id=TASK)
-                fresh.evaluate()
+                driver.run_episode(driver.ClientEnv(fresh), TASK, driver.nop, TOKEN)
             episodes.append(time.perf_counter() - start)
     median = statistics.median
     return {
@@ -165,9 +133,7 @@ def runtime_figures(server: Server, reps: int) -> dict[str, float]:
 
 def owned(client: docker.DockerClient, server: Server) -> list[dict]:
     """The server's task containers (its owner label: scope, PID, start time)."""
-    from harbor_openenv.sandbox import server_scope
-
-    prefix = f"{server_scope()}:{server.process.pid}:"
+    prefix = server.owner_prefix
     listed = client.api.containers(all=True, filters={"label": "harbor-openenv"})
     return [c for c in listed if c["Labels"].get("harbor-openenv.owner", "").startswith(prefix)]
 
@@ -195,15 +161,18 @@ def throughput(server: Server, sessions: int, episodes_each: int) -> tuple[float
     """Episodes per minute with ``sessions`` concurrent sessions, and how many went wrong."""
     errors = []
 
+    def answer(content: str) -> driver.Policy:
+        write = HarborAction(action_type="write", path="answer.txt", content=content)
+        return lambda observation: (write,)
+
     def session(i: int) -> None:
-        with server.client() as env:
+        with server.client() as client:
             for j in range(episodes_each):
-                env.reset(task_id=TASK)
                 solved = (i + j) % 2 == 0
-                env.write("answer.txt", "42\n" if solved else "0\n")
-                reward = env.evaluate().reward
-                if reward != (1.0 if solved else 0.0):
-                    errors.append((i, j, reward))
+                policy = answer("42\n" if solved else "0\n")
+                run = driver.run_episode(driver.ClientEnv(client), TASK, policy, TOKEN)
+                if run.reward != (1.0 if solved else 0.0):
+                    errors.append((i, j, run.reward))
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=sessions) as pool:
@@ -265,8 +234,8 @@ def main() -> None:
         verdict = "n/a" if ok is None else ("met" if ok else "NOT MET")
         rows.append((name, figures, f"{ours / floor:.2f}x", f"{goal} ({verdict})"))
 
-    server = Server(TASKS, HARBOR_OPENENV_MAX_SESSIONS=str(args.sessions + 4))
-    pooled = Server(TASKS, HARBOR_OPENENV_POOL_SIZE="2", HARBOR_OPENENV_DEFAULT_TASK=TASK)
+    server = bench_server(TASKS, HARBOR_OPENENV_MAX_SESSIONS=str(args.sessions + 4))
+    pooled = bench_server(TASKS, HARBOR_OPENENV_POOL_SIZE="2", HARBOR_OPENENV_DEFAULT_TASK=TASK)
     try:
         from harbor_openenv.config import Settings
         from harbor_openenv.dataset import Dataset
@@ -322,18 +291,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         small = big_dataset(Path(scratch) / "one", 1)
         large = big_dataset(Path(scratch) / "many", 10_000)
-        baseline = Server(small)
-        baseline_s, baseline_rss = baseline.health_s, baseline.rss_mib()
+        baseline = bench_server(small)
+        baseline_s, baseline_rss = baseline.health_s, rss_mib(baseline)
         baseline.stop()
-        big = Server(large)
-        big_s, big_rss = big.health_s, big.rss_mib()
+        big = bench_server(large)
+        big_s, big_rss = big.health_s, rss_mib(big)
         with big.client() as env:
             start = time.perf_counter()
             first = env.reset(task_id="group-000/task-00000")  # lists all 10,000 tasks
             listed_s = time.perf_counter() - start
             assert first.observation.info is not None
             env.evaluate()
-        listed_rss = big.rss_mib()
+        listed_rss = rss_mib(big)
         big.stop()
     row("start to /health, 10,000 tasks / 1 task", big_s, baseline_s, "< 1 s",
         big_s < 1.0, unit="s")  # fmt: skip

@@ -9,8 +9,9 @@ and exits 1 when a task that both sides run gets different rewards (or metrics) 
 Harbor side: `harbor run` (Harbor >= 0.25 with its docker backend, which needs `docker compose`)
 with one job holding both agents. Harbor is looked up in $HARBOR_OPENENV_HARBOR_VENV (default
 ~/.cache/harbor-openenv/harbor-venv, installed by .ci/interop-tools.sh), else on PATH.
-Runtime side: a harbor-openenv server on 127.0.0.1 driven over its WebSocket API; nop is
-reset + evaluate, oracle is reset + solve + evaluate.
+Runtime side: a harbor-openenv server on 127.0.0.1 (harbor_openenv.launch) driven over its
+WebSocket API by the episode driver (harbor_openenv.driver); nop is reset + evaluate, oracle is
+reset + solve + evaluate, for each step of a multi-step task.
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,10 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from harbor_openenv.client import HarborEnvClient
+from harbor_openenv import driver
 from harbor_openenv.dataset import Dataset
+from harbor_openenv.launch import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_HARBOR_VENV = Path.home() / ".cache" / "harbor-openenv" / "harbor-venv"
@@ -117,67 +115,37 @@ def scalar(rewards: dict[str, float]) -> float | None:
 # -- this runtime ------------------------------------------------------------------------------
 
 
-class RuntimeServer:
-    """A harbor-openenv server process on 127.0.0.1 with a fresh orchestration token."""
+def runtime_server(root: Path, build_network: str | None, log: Path) -> Server:
+    """A harbor-openenv server on 127.0.0.1 with a fresh orchestration token."""
+    env = {"HARBOR_OPENENV_BUILD_NETWORK": build_network} if build_network else {}
+    try:
+        return Server(root, log=log, timeout=60, **env)
+    except RuntimeError:
+        raise SystemExit(f"the runtime server did not start; see {log}") from None
 
-    def __init__(self, root: Path, build_network: str | None, log: Path) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.token = secrets.token_hex(16)
-        env = {
-            **os.environ,
-            "HARBOR_OPENENV_TASKS": str(root),
-            "HARBOR_OPENENV_ORCHESTRATION_TOKEN": self.token,
-        }
-        if build_network:
-            env["HARBOR_OPENENV_BUILD_NETWORK"] = build_network
-        command = [sys.executable, "-m", "uvicorn", "--factory", "harbor_openenv.app:build_app"]
-        command += ["--host", "127.0.0.1", "--port", str(port)]
-        self.process = subprocess.Popen(
-            command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
+
+def episode(server: Server, task_id: str, policy: str) -> Outcome:
+    """nop: reset, evaluate; oracle: reset, solve, evaluate; each step of a multi-step task.
+
+    A solve that answers an error ends the episode there without a reward, as Harbor's trial
+    ends when its oracle agent fails.
+    """
+    actor = driver.oracle(server.token) if policy == "oracle" else driver.nop
+    with server.client() as client:
+        run = driver.run_episode(
+            driver.ClientEnv(client), task_id, actor, server.token, stop_on_error=True
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        self.stop()
-        raise SystemExit(f"the runtime server did not start; see {log}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def episode(self, task_id: str, policy: str) -> Outcome:
-        """nop: reset, evaluate; oracle: reset, solve, evaluate; each step of a multi-step task."""
-        with HarborEnvClient(self.url, orchestration_token=self.token) as env:
-            first = env.reset(task_id=task_id).observation
-            if first.error:
-                return {"reward": None, "metrics": {}, "error": first.error, "refused": True}
-            while True:
-                if policy == "oracle":
-                    solved = env.solve().observation
-                    if solved.error:
-                        return {"reward": None, "metrics": {}, "error": solved.error}
-                result = env.evaluate()
-                if result.done:
-                    break
-            info = result.observation.info
-            return {
-                "reward": result.reward,
-                # a multi-step task's reward is its strategy's metrics, as Harbor's trial reward
-                "metrics": info.get("final_metrics") or info.get("metrics", {}),
-                "error": result.observation.error,
-            }
+    assert run.last is not None  # reset answered, at least
+    if run.refused or not run.done:  # reset refused the task, or a solve failed
+        outcome: Outcome = {"reward": None, "metrics": {}, "error": run.last.error}
+        return {**outcome, "refused": True} if run.refused else outcome
+    info = run.last.info
+    return {
+        "reward": run.reward,
+        # a multi-step task's reward is its strategy's metrics, as Harbor's trial reward
+        "metrics": info.get("final_metrics") or info.get("metrics", {}),
+        "error": run.last.error,
+    }
 
 
 # -- the table ---------------------------------------------------------------------------------
@@ -231,13 +199,14 @@ def run(dataset: Path, build_network: str | None, concurrency: int, work: Path) 
     root = tasks_root(dataset)
     ids = Dataset(root).ids
     harbor, job_dir = start_harbor(root, work, build_network, concurrency)
-    server = RuntimeServer(root, build_network, work / "runtime-server.log")
     try:
         jobs = [(task_id, policy) for task_id in ids for policy in POLICIES]
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            outcomes = list(pool.map(lambda job: server.episode(*job), jobs))
+        with (
+            runtime_server(root, build_network, work / "runtime-server.log") as server,
+            ThreadPoolExecutor(max_workers=concurrency) as pool,
+        ):
+            outcomes = list(pool.map(lambda job: episode(server, *job), jobs))
     finally:
-        server.stop()
         if harbor.wait() != 0:
             log = (work / "harbor.log").read_text(errors="replace")[-4000:]
             raise SystemExit(f"harbor run exited with {harbor.returncode}:\n{log}")

@@ -6,11 +6,8 @@ import contextlib
 import hashlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harbor_openenv.sandbox import server_scope
+from harbor_openenv import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache"
@@ -79,91 +76,11 @@ def _has_image(client, name: str) -> bool:
     return True
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    """A runtime server in its own process, on 127.0.0.1."""
+class Server(launch.Server):
+    """A runtime server in its own process, on 127.0.0.1, with the tests' token."""
 
     def __init__(self, tasks: Path, **env: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        environ = {
-            **os.environ,
-            "HARBOR_OPENENV_TASKS": str(tasks),
-            "HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN,
-            **env,
-        }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "harbor_openenv.app:build_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-            ],
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        # Read its output as it comes (uvicorn's and the runtime's log lines), so a long session
-        # never fills the pipe and blocks the server; ``output`` holds it.
-        self._lines: list[str] = []
-        self._reader = threading.Thread(target=self._read_output, daemon=True)
-        self._reader.start()
-        self._wait_healthy()
-
-    def _read_output(self) -> None:
-        for line in self.process.stdout:
-            self._lines.append(line.decode(errors="replace"))
-
-    @property
-    def output(self) -> str:
-        """What the server wrote to stdout and stderr so far."""
-        return "".join(self._lines)
-
-    def _wait_healthy(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self._reader.join(timeout=5)
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.output}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("server did not become healthy")
-
-    @property
-    def owner_prefix(self) -> str:
-        return f"{server_scope()}:{self.process.pid}:"
-
-    def client(self, **kwargs):
-        from harbor_openenv.client import HarborEnvClient
-
-        return HarborEnvClient(self.url, orchestration_token=TOKEN, **kwargs)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._reader.join(timeout=5)  # the pipe ends with the process
-        if not self._reader.is_alive():
-            self.process.stdout.close()
+        super().__init__(tasks, token=TOKEN, **env)
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,9 @@ from pathlib import Path
 import docker.errors
 import httpx
 import pytest
-from conftest import FIXTURE_TASKS, ROOT, free_port, runtime_containers, wait_until
+from conftest import FIXTURE_TASKS, ROOT, runtime_containers, wait_until
 
+from harbor_openenv.launch import free_port
 from harbor_openenv.sandbox import server_scope
 
 CLI = [sys.executable, "-m", "harbor_openenv.cli"]
@@ -298,41 +299,6 @@ def test_check_walks_every_step_of_multi_step_tasks(docker_client, tmp_path):
         assert row["oracle_error"] is None, row
     # the multi-step no-op ends at step one's min_reward, and says so
     assert "below min_reward" in rows["multi-step"]["nop_error"]
-
-
-def test_driver_walks_steps_until_done():
-    """The episode driver on a fake three-step environment: the policy acts before every
-    evaluate, and the episode's reward is the one that ends it."""
-    from harbor_openenv import driver
-    from harbor_openenv.models import HarborObservation
-
-    class ThreeSteps:
-        def __init__(self) -> None:
-            self.log: list[str] = []
-            self.step_index = 0
-
-        def reset(self, task_id: str) -> HarborObservation:
-            self.log.append(f"reset {task_id}")
-            return HarborObservation(info={"step": {"name": "a", "index": 0, "count": 3}})
-
-        def step(self, action) -> HarborObservation:
-            self.log.append(action.action_type)
-            if action.action_type != "evaluate":
-                return HarborObservation(action_type=action.action_type, exit_code=0)
-            self.step_index += 1
-            if self.step_index == 3:
-                return HarborObservation(action_type="evaluate", done=True, reward=1.0)
-            name = "abc"[self.step_index]
-            return HarborObservation(action_type="evaluate", info={"step": {"name": name}})
-
-    env = ThreeSteps()
-    run = driver.run_episode(env, "t", driver.oracle("tok"), "tok")
-    assert (run.reward, run.done, run.evaluates, run.error) == (1.0, True, 3, None)
-    assert env.log == ["reset t", *["solve", "evaluate"] * 3]
-    env = ThreeSteps()
-    run = driver.run_episode(env, "t", driver.nop, "tok", keep=True)
-    assert env.log == ["reset t", "evaluate", "evaluate", "evaluate"]
-    assert len(run.observations) == 4 and run.reward == 1.0
 
 
 @pytest.mark.docker

@@ -18,11 +18,12 @@ from conftest import (
     TOKEN,
     add_wheels,
     build_offline,
-    free_port,
     runtime_containers,
     serve_image,
     wait_until,
 )
+
+from harbor_openenv.launch import free_port
 
 pytestmark = pytest.mark.docker
 

@@ -12,9 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Server, wait_until
+from conftest import ROOT, TOKEN, Server, wait_until
 
+from harbor_openenv import driver
 from harbor_openenv.dataset import Dataset
+from harbor_openenv.models import HarborObservation
 from harbor_openenv.steps import final_metrics, min_reward_failure
 from harbor_openenv.task_config import DatasetError, TaskConfig, parse_task_config, resolve_env
 
@@ -29,21 +31,16 @@ def fmt(docker_client):
     srv.stop()
 
 
-def run(env, task_id: str, oracle_steps: int):
-    """Reset, then per step: solve (for the first ``oracle_steps`` steps) and evaluate."""
-    result = env.reset(task_id=task_id)
-    assert result.observation.error is None, result.observation.error
-    seen = [result]
-    index = 0
-    while True:
-        if index < oracle_steps:
-            solved = env.solve()
-            assert solved.observation.error is None, solved.observation.output
-        result = env.evaluate()
-        seen.append(result)
-        if result.done:
-            return seen
-        index += 1
+def run(env, task_id: str, oracle_steps: int) -> list[HarborObservation]:
+    """Reset, then per step: solve (for the first ``oracle_steps`` steps) and evaluate; the
+    observations of the reset and of every evaluate."""
+    policy = driver.oracle(TOKEN, steps=oracle_steps)
+    episode = driver.run_episode(driver.ClientEnv(env), task_id, policy, TOKEN, keep=True)
+    assert not episode.refused, episode.error
+    for solved in (obs for obs in episode.observations if obs.action_type == "solve"):
+        assert solved.error is None, solved.output
+    assert episode.done, episode.error
+    return [obs for obs in episode.observations if obs.action_type in ("reset", "evaluate")]
 
 
 # -- multi-step -----------------------------------------------------------------------------------
@@ -84,8 +81,8 @@ def test_multi_step_nop_stops_at_min_reward(fmt):
     assert len(seen) == 2  # reset, then one evaluate that ends the episode
     last = seen[-1]
     assert last.done and last.reward == 0.0
-    assert "below min_reward 1" in last.observation.error
-    assert [s["name"] for s in last.observation.info["steps"]] == ["one"]
+    assert "below min_reward 1" in last.error
+    assert [s["name"] for s in last.info["steps"]] == ["one"]
 
 
 def test_multi_step_mean_and_final_strategies(fmt):
@@ -94,10 +91,10 @@ def test_multi_step_mean_and_final_strategies(fmt):
         final = run(env, "multi-step-final", oracle_steps=1)[-1]
         final_nop = run(env, "multi-step-final", oracle_steps=0)
     # step one solved (1), step two not (0): mean 0.5, final 0
-    assert [s["reward"] for s in mean.observation.info["steps"]] == [1.0, 0.0]
+    assert [s["reward"] for s in mean.info["steps"]] == [1.0, 0.0]
     assert mean.reward == 0.5
-    assert mean.observation.info["final_metrics"] == {"reward": 0.5, "clean": 0.5}
-    assert [s["reward"] for s in final.observation.info["steps"]] == [1.0, 0.0]
+    assert mean.info["final_metrics"] == {"reward": 0.5, "clean": 0.5}
+    assert [s["reward"] for s in final.info["steps"]] == [1.0, 0.0]
     assert final.reward == 0.0
     # without min_reward the nop walks both steps
     assert len(final_nop) == 3 and final_nop[1].done is False and final_nop[-1].reward == 0.0
@@ -125,9 +122,9 @@ def test_separate_verifier_runs_in_its_own_image_with_artifacts(fmt, docker_clie
         nop = run(env, "separate-verifier", oracle_steps=0)[-1]
         oracle = run(env, "separate-verifier", oracle_steps=1)[-1]
     assert nop.done and nop.reward == 0.0
-    assert nop.observation.info["metrics"]["own_image"] == 1.0
+    assert nop.info["metrics"]["own_image"] == 1.0
     assert oracle.reward == 1.0
-    metrics = oracle.observation.info["metrics"]
+    metrics = oracle.info["metrics"]
     assert metrics == {"reward": 1.0, "own_image": 1.0, "logs_artifacts": 1.0, "data": 1.0}
 
 
@@ -135,15 +132,17 @@ def test_separate_verifier_runs_in_its_own_image_with_artifacts(fmt, docker_clie
 
 
 def _leftovers(client, owner_prefix: str) -> list[str]:
-    found = []
-    for kind in (client.containers, client.networks, client.volumes):
-        # ignore_removed: the list inspects each container, and another test's may go meanwhile
-        options = {"all": True, "ignore_removed": True} if kind is client.containers else {}
-        for item in kind.list(**options):
-            labels = item.attrs.get("Labels") or item.attrs.get("Config", {}).get("Labels") or {}
-            if PROJECT_LABEL in labels and labels.get("harbor-openenv.owner", "").startswith(
-                owner_prefix
-            ):
+    def ours(labels: dict[str, str]) -> bool:
+        owner = labels.get("harbor-openenv.owner", "")
+        return PROJECT_LABEL in labels and owner.startswith(owner_prefix)
+
+    # The low-level container list, which does not inspect (and 404 on) containers removed
+    # meanwhile.
+    containers = client.api.containers(all=True, filters={"label": PROJECT_LABEL})
+    found = [f"Container {c['Names'][0].lstrip('/')}" for c in containers if ours(c["Labels"])]
+    for kind in (client.networks, client.volumes):
+        for item in kind.list():
+            if ours(item.attrs.get("Labels") or {}):
                 found.append(f"{type(item).__name__} {item.name}")
     return found
 
@@ -302,7 +301,7 @@ def test_env_users_workdir_network_and_healthcheck(fmt):
         oracle = run(env, "options", oracle_steps=1)[-1]
     checks = {"user": 1.0, "env": 1.0, "workdir": 1.0, "network": 1.0, "healthy": 1.0}
     assert nop.reward == 0.0 and nop.observation.info["metrics"] == {"reward": 0.0, **checks}
-    assert oracle.reward == 1.0 and oracle.observation.info["metrics"] == {"reward": 1.0, **checks}
+    assert oracle.reward == 1.0 and oracle.info["metrics"] == {"reward": 1.0, **checks}
 
 
 def test_unset_env_variable_refuses_reset_naming_field_and_variable(fmt):

@@ -29,9 +29,10 @@ from conftest import (
     add_wheels,
     build_offline,
     build_runtime_wheel,
-    free_port,
     serve_image,
 )
+
+from harbor_openenv.launch import free_port
 
 EXAMPLE = ROOT / "examples" / "dataset"
 
