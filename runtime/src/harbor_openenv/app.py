@@ -23,9 +23,10 @@ from fastapi import FastAPI
 from ._openenv import ConcurrencyConfig, create_app
 from .compose import remove_dead_scratch
 from .config import Settings
-from .environment import HarborEnvironment, Runtime
+from .environment import HarborEnvironment
 from .events import configure as configure_logging
 from .models import HarborObservation, HarborState, ServedAction
+from .runtime import Runtime
 
 log = logging.getLogger("harbor_openenv")
 

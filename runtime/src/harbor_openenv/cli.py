@@ -282,7 +282,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_in_docker(root: Path, tasks: list[Task], jobs: int) -> list[CheckResult]:
     """Check ``tasks`` on one in-process runtime; its containers go even on Ctrl-C or SIGTERM."""
     try:
-        from .environment import Runtime
+        from .runtime import Runtime
     except ImportError as exc:
         raise UsageError(
             f"check needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
