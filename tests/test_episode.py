@@ -1,14 +1,10 @@
-"""HarborEnvironment and Episode without uvicorn or Docker: a runtime whose sandboxes are fakes.
-
-The fake answers the sandbox methods the episode, the agent's actions, the verifier and the
-oracle call (exec, exec_root, stop_processes, mark_baseline, put_dir, confine, read_file,
-write_file, list_dir, read_engine_file, remove); its verifier writes reward 1 when a solve.sh ran
-since the last grading, else 0. The real-engine tests (test_sessions.py, test_hardening.py, ...)
-stay the proof of what a container does.
-"""
+"""HarborEnvironment and Episode without uvicorn or Docker: a runtime whose sandboxes are fakes
+(tests/_fake_sandbox.py). The real-engine tests (test_runtime_docker.py, test_sessions.py,
+test_hardening.py, ...) stay the proof of what a container does."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -266,3 +262,28 @@ def test_episode_start_and_end_count_against_the_pool(runtime):
     runtime.shutdown()
     assert runtime.pool._active == 0
     assert cast(FakeSandbox, episode.sandbox).removed == 1
+
+
+def test_solve_without_solve_sh_is_refused_and_the_episode_goes_on(tmp_path):
+    shutil.copytree(FIXTURES / "tasks" / "edit-file", tmp_path / "tasks" / "unsolved")
+    shutil.rmtree(tmp_path / "tasks" / "unsolved" / "solution")
+    runtime = FakeRuntime(tmp_path / "tasks")
+    env = HarborEnvironment(runtime)
+    try:
+        env.reset(task_id="unsolved")
+        obs = act(env, "solve", token=TOKEN)
+        assert obs.error == "unsolved/solution/solve.sh: missing" and not obs.done
+        assert act(env, "exec", command="echo on").output == "on\n"
+    finally:
+        runtime.shutdown()
+
+
+def test_solve_stops_the_agent_and_runs_solve_sh_noninteractive(env, runtime):
+    env.reset(task_id="edit-file")
+    act(env, "solve", token=TOKEN)
+    sandbox = runtime.sandboxes[-1]
+    assert sandbox.called("stop_processes") == [None]
+    command, _, variables = sandbox.called("exec")[-1]
+    assert command == "(/solution/solve.sh) > /logs/agent/oracle.txt 2>&1"
+    assert variables["DEBIAN_FRONTEND"] == "noninteractive"
+    assert ("rm -rf /solution", ()) in sandbox.called("exec_root")
