@@ -15,9 +15,12 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._openenv import EnvironmentMetadata
 
 log = logging.getLogger("harbor_openenv")
 
@@ -59,7 +62,7 @@ def environment_about(
 
 def environment_metadata(
     tasks_root: Path, name: str | None = None, version: str | None = None
-) -> Any:
+) -> EnvironmentMetadata:
     """OpenEnv's ``EnvironmentMetadata`` for the environment serving tasks_root."""
     from ._openenv import EnvironmentMetadata
 

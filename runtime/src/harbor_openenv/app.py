@@ -22,9 +22,10 @@ from fastapi import FastAPI
 
 from ._openenv import ConcurrencyConfig, create_app
 from .config import Settings
-from .environment import HarborEnvironment, Runtime
+from .environment import HarborEnvironment
 from .events import configure as configure_logging
 from .models import HarborObservation, HarborState, ServedAction
+from .runtime import Runtime
 from .sandbox import remove_dead_scratch
 
 log = logging.getLogger("harbor_openenv")

@@ -23,7 +23,7 @@ from .dataset import Dataset
 from .task import Task, TaskKind
 
 if TYPE_CHECKING:
-    from .environment import Runtime
+    from .runtime import Runtime
 
 SERVER_EXTRA = "pip install 'harbor-openenv[server]'"
 
@@ -102,7 +102,7 @@ def check_in_docker(
     does); every other setting is the server's default.
     """
     try:
-        from .environment import Runtime
+        from .runtime import Runtime
     except ImportError as exc:
         raise CheckError(
             f"check needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from .task_config import StepConfig
+
 
 def min_reward_failure(
     metrics: dict[str, float] | None, min_reward: float | dict[str, float]
@@ -21,6 +23,17 @@ def min_reward_failure(
         actual = (metrics or {}).get(key, -math.inf)
         if actual < threshold:
             return f"{key} = {actual:g} is below min_reward {threshold:g}"
+    return None
+
+
+def gate(step: StepConfig, metrics: dict[str, float] | None, error: str | None) -> str | None:
+    """Why the episode stops after ``step`` (None: the next step may start)."""
+    if metrics is None:
+        return f"step {step.name!r} has no verifier result ({error})"
+    if step.min_reward is not None:
+        failure = min_reward_failure(metrics, step.min_reward)
+        if failure:
+            return f"step {step.name!r}: {failure}; the remaining steps are skipped"
     return None
 
 

@@ -1,0 +1,85 @@
+"""The agent's actions: exec, read, write and list, inside the task's working directory, as the
+agent's user. Each takes the episode and the action and answers with an observation."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from .episode import ActionError, Episode
+from .models import HarborAction, HarborObservation
+from .sandbox import SandboxError
+
+
+def exec_command(episode: Episode, action: HarborAction) -> HarborObservation:
+    """Run a bash command, within the server's timeout and output limit."""
+    if not action.command:
+        raise ActionError("exec needs a command")
+    settings, sandbox = episode.runtime.settings, episode.sandbox
+    timeout = min(action.timeout_s or settings.exec_timeout_s, settings.exec_timeout_s)
+    result = sandbox.exec(
+        action.command,
+        timeout_s=timeout,
+        max_output=settings.max_output_bytes,
+        user=episode.agent_user,
+    )
+    episode.runtime.disk.nudge(sandbox)
+    return episode.observe(
+        "exec",
+        output=result.output,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        truncated=result.truncated,
+        error=f"timed out after {timeout:g} s; its processes were killed"
+        if result.timed_out
+        else None,
+    )
+
+
+def read_file(episode: Episode, action: HarborAction) -> HarborObservation:
+    """A file's content: UTF-8 text, else base64."""
+    sandbox, user = episode.sandbox, episode.agent_user
+    path = sandbox.confine(_need(action.path, "read"), user=user)
+    data, cut = sandbox.read_file(
+        path, max_bytes=episode.runtime.settings.max_read_bytes, user=user
+    )
+    try:
+        text, encoding = data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        text, encoding = base64.b64encode(data).decode(), "base64"
+    return episode.observe("read", output=text, encoding=encoding, truncated=cut)
+
+
+def write_file(episode: Episode, action: HarborAction) -> HarborObservation:
+    """Write a file (UTF-8 or base64 content), within the server's size limit."""
+    content = action.content or ""
+    if action.encoding == "base64":
+        try:
+            data = base64.b64decode(content, validate=True)
+        except binascii.Error:
+            raise ActionError("content is not valid base64") from None
+    else:
+        data = content.encode()
+    limit = episode.runtime.settings.max_write_bytes
+    if len(data) > limit:
+        raise ActionError(
+            f"content is {len(data)} bytes, over this server's limit of {limit}"
+            " (HARBOR_OPENENV_MAX_WRITE_BYTES); write large files with exec"
+        )
+    sandbox, user = episode.sandbox, episode.agent_user
+    path = sandbox.confine(_need(action.path, "write"), user=user)
+    sandbox.write_file(path, data, user=user)
+    return episode.observe("write", output=f"wrote {len(data)} bytes to {path}")
+
+
+def list_dir(episode: Episode, action: HarborAction) -> HarborObservation:
+    """A folder's entries."""
+    sandbox, user = episode.sandbox, episode.agent_user
+    path = sandbox.confine(action.path or ".", user=user)
+    return episode.observe("list", output=sandbox.list_dir(path, user=user))
+
+
+def _need(value: str | None, action: str) -> str:
+    if not value:
+        raise SandboxError(f"{action} needs a path")
+    return value
