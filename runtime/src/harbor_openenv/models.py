@@ -1,10 +1,11 @@
-"""The wire models: one action type with an ``action_type`` tag, one observation, the state."""
+"""The wire models: one action type with an ``action_type`` tag, one observation, the state,
+and the Task API's split and task spec."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ._openenv import Action, Observation, State
 
@@ -64,3 +65,26 @@ class HarborState(State):
     evaluated: bool = False
     reward: float | None = None
     task_count: int = 0
+
+
+class TaskSplit(BaseModel):
+    """One split of OpenEnv's Task API (``GET /{env}/splits``)."""
+
+    name: str
+    type: Literal["train", "validation", "test"]
+    num_tasks: int
+
+
+class TaskSpec(BaseModel):
+    """One task as OpenEnv's Task API describes it (``POST /{env}/task`` and friends)."""
+
+    id: str = Field(description="the task's path under tasks/; reset(task_id=...) takes it")
+    index: int = Field(description="its position in the split; reset(split=..., index=...)")
+    split: str
+    kind: str = Field(description="runnable, text-only, invalid or unsupported")
+    refusal: str | None = Field(default=None, description="why reset refuses it (None: it runs)")
+    instruction: str | None = Field(default=None, description="what reset gives the agent first")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="task.toml's [metadata]")
+    agent_timeout_sec: float | None = None
+    verifier_timeout_sec: float | None = None
+    steps: int | None = Field(default=None, description="evaluate calls an episode takes")
