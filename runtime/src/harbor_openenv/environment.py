@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import random
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +22,7 @@ from .image import ImageError
 from .models import ORCHESTRATION_ACTIONS, HarborAction, HarborObservation, HarborState
 from .runtime import Runtime
 from .sandbox import PathEscapeError, SandboxError
+from .task_api import TaskApi
 from .task_config import DatasetError
 
 log = logging.getLogger("harbor_openenv")
@@ -43,14 +43,16 @@ _CLOSED = (
 )
 
 
-class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState]):
-    """Serves one task per episode; construction is cheap (OpenEnv builds one per HTTP call)."""
+class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, HarborState]):
+    """Serves one task per episode; construction is cheap (OpenEnv builds one per HTTP call).
+    OpenEnv's Task API (``/{env}/splits``, ``/tasks``, ``/task`` …) comes from ``TaskApi``."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, runtime: Runtime) -> None:
         super().__init__()
         self._runtime = runtime
+        self.task_catalog = runtime.catalog
         self._episode: Episode | None = None
         self._state = HarborState(task_count=0)
         self._closed = False  # close() is final: a closed (e.g. reaped) session never acts again
@@ -69,9 +71,11 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         episode_id: str | None = None,
         task_id: str | None = None,
         index: int | None = None,
+        split: str | None = None,
         **_: object,
     ) -> HarborObservation:
-        """Start an episode on ``task_id``, or the ``index``-th task, or one drawn with ``seed``."""
+        """Start an episode on ``task_id``, or the ``index``-th task (of ``split``, default all),
+        or one drawn with ``seed``."""
         if self._closed:
             return self._fail("reset", _CLOSED, done=True)
         self._end_episode()
@@ -81,7 +85,14 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
             episode_id=episode_id or str(uuid.uuid4()), task_count=len(dataset)
         )
         try:
-            task = dataset[self._pick(task_id, index, seed)]
+            chosen = self._runtime.catalog.pick(
+                task_id=task_id,
+                split=split,
+                index=index,
+                seed=seed,
+                default=self._runtime.settings.default_task,
+            )
+            task = dataset[chosen]
             self._state.task_id = task.id
             problem = task.refusal or self._runtime.check_files(task)
             if problem:
@@ -149,25 +160,6 @@ class HarborEnvironment(Environment[HarborAction, HarborObservation, HarborState
         self._end_episode()
 
     # -- plumbing ------------------------------------------------------------------------------
-
-    def _pick(self, task_id: str | None, index: int | None, seed: int | None) -> str:
-        ids = self._runtime.dataset.ids
-        for name, value, kind in (
-            ("task_id", task_id, str),
-            ("index", index, int),
-            ("seed", seed, int),
-        ):
-            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-                raise DatasetError(f"reset: {name} must be {kind.__name__}, got {value!r}"[:200])
-        if task_id is not None:
-            return task_id
-        if index is not None:
-            if not 0 <= index < len(ids):
-                raise DatasetError(f"task index {index} is out of range (0..{len(ids) - 1})")
-            return ids[index]
-        if seed is not None:
-            return random.Random(seed).choice(ids)
-        return self._runtime.settings.default_task or ids[0]
 
     def _authorised(self, action: HarborAction) -> bool:
         expected, token = self._runtime.settings.orchestration_token, action.token

@@ -35,6 +35,7 @@ from .sandbox import (
     server_identity,
 )
 from .task import Task
+from .task_api import TaskCatalog
 from .task_config import EnvironmentConfig, StepConfig, verifier_environment
 
 log = logging.getLogger("harbor_openenv")
@@ -53,6 +54,7 @@ class Runtime:
         max_sessions: int | None = None,
     ) -> None:
         self.dataset = Dataset(tasks_root)
+        self.catalog = TaskCatalog(self.dataset)  # Task API: splits and task specs, built once
         self.settings = settings or Settings()
         max_sessions = max_sessions or self.settings.max_sessions
         self.owner = server_identity()

@@ -27,7 +27,9 @@ from typing import TypeVar
 
 from fastapi import HTTPException, status
 
-from .dataset import Dataset, DatasetError, Task, TaskConfig, TaskKind
+from .dataset import Dataset
+from .task import Task
+from .task_config import DatasetError, TaskConfig
 from .models import TaskSpec, TaskSplit
 
 ALL = "all"
@@ -42,18 +44,6 @@ class UnknownSplitError(DatasetError, LookupError):
 
 class TaskIndexError(DatasetError, IndexError):
     """An index outside its split; the message names the split and the valid range."""
-
-
-def refusal(task: Task) -> str | None:
-    """Why reset refuses ``task`` (None: it runs)."""
-    if task.kind is TaskKind.RUNNABLE:
-        return None
-    if task.kind is TaskKind.TEXT_ONLY:
-        return (
-            f"{task.id} is a text-only task (no environment/ and no tests/): there is no"
-            " container to run; score it client-side against solution/patch.diff"
-        )
-    return f"{task.id} cannot run ({task.kind}): " + "; ".join(task.problems)
 
 
 def group_splits(ids: Sequence[str]) -> dict[str, list[str]]:
@@ -172,7 +162,7 @@ class TaskCatalog:
             index=index,
             split=split,
             kind=task.kind.value,
-            refusal=refusal(task),
+            refusal=task.refusal,
             instruction=_first_instruction(task, config),
             metadata=config.metadata if config else {},
             agent_timeout_sec=config.agent.timeout_sec if config else None,
