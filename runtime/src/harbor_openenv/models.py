@@ -81,7 +81,7 @@ class TaskSpec(BaseModel):
     id: str = Field(description="the task's path under tasks/; reset(task_id=...) takes it")
     index: int = Field(description="its position in the split; reset(split=..., index=...)")
     split: str
-    kind: str = Field(description="runnable, text-only, invalid or unsupported")
+    kind: Literal["runnable", "text-only", "invalid", "unsupported"]
     refusal: str | None = Field(default=None, description="why reset refuses it (None: it runs)")
     instruction: str | None = Field(default=None, description="what reset gives the agent first")
     metadata: dict[str, Any] = Field(default_factory=dict, description="task.toml's [metadata]")
