@@ -10,7 +10,7 @@ import httpx
 import pytest
 from conftest import FIXTURE_TASKS, ROOT, Server
 
-from harbor_openenv.dataset import Dataset, DatasetError
+from harbor_openenv.dataset import Dataset
 from harbor_openenv.task_api import (
     ALL,
     TaskCatalog,
@@ -18,6 +18,7 @@ from harbor_openenv.task_api import (
     UnknownSplitError,
     group_splits,
 )
+from harbor_openenv.task_config import DatasetError
 
 ENV = "harbor_openenv"  # build_app's env_name: the routes are /harbor_openenv/splits, ...
 MULTI_STEP = ROOT / "tests" / "fixtures" / "format" / "multi-step"

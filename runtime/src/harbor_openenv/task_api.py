@@ -28,9 +28,9 @@ from typing import TypeVar
 from fastapi import HTTPException, status
 
 from .dataset import Dataset
+from .models import TaskSpec, TaskSplit
 from .task import Task
 from .task_config import DatasetError, TaskConfig
-from .models import TaskSpec, TaskSplit
 
 ALL = "all"
 _SPLIT_TYPES = ("train", "validation", "test")
