@@ -67,11 +67,14 @@ class HarborState(State):
     task_count: int = 0
 
 
+SplitType = Literal["train", "validation", "test"]
+
+
 class TaskSplit(BaseModel):
     """One split of OpenEnv's Task API (``GET /{env}/splits``)."""
 
     name: str
-    type: Literal["train", "validation", "test"]
+    type: SplitType
     num_tasks: int
 
 

@@ -28,12 +28,11 @@ from typing import TypeVar
 from fastapi import HTTPException, status
 
 from .dataset import Dataset
-from .models import TaskSpec, TaskSplit
+from .models import SplitType, TaskSpec, TaskSplit
 from .task import Task
 from .task_config import DatasetError, TaskConfig
 
 ALL = "all"
-_SPLIT_TYPES = ("train", "validation", "test")
 _SHOWN_SPLITS = 20  # an unknown split's error lists at most this many
 _T = TypeVar("_T")
 
@@ -60,9 +59,9 @@ def group_splits(ids: Sequence[str]) -> dict[str, list[str]]:
     return splits
 
 
-def _split_type(name: str) -> str:
+def _split_type(name: str) -> SplitType:
     """OpenEnv's own rule for a split given by name: its name if it is a type, else validation."""
-    return name if name in _SPLIT_TYPES else "validation"
+    return "train" if name == "train" else "test" if name == "test" else "validation"
 
 
 class TaskCatalog:
