@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._openenv import ConcurrencyConfig, create_app
 from .config import Settings
@@ -40,15 +41,15 @@ class _ObjectMessagesOnly:
     naming the problem and the session goes on.
     """
 
-    def __init__(self, app) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
             return
 
-        async def checked_receive():
+        async def checked_receive() -> Message:
             message = await receive()
             if message["type"] == "websocket.receive":
                 problem = _frame_problem(message.get("text"))
@@ -74,18 +75,18 @@ class _IdleSessions:
 
     PATHS = ("/ws", "/mcp")
 
-    def __init__(self, app, idle_s: float) -> None:
+    def __init__(self, app: ASGIApp, idle_s: float) -> None:
         self.app = app
         self.idle_s = idle_s
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket" or scope.get("path") not in self.PATHS:
             await self.app(scope, receive, send)
             return
         closed = False
-        pending: asyncio.Future | None = None
+        pending: asyncio.Future[Message] | None = None
 
-        async def idle_receive():
+        async def idle_receive() -> Message:
             nonlocal closed, pending
             if closed:
                 return {"type": "websocket.disconnect", "code": 1000}
@@ -105,7 +106,7 @@ class _IdleSessions:
             log.info("closed a WebSocket session idle for %g s", self.idle_s)
             return {"type": "websocket.disconnect", "code": 1000}
 
-        async def guarded_send(message):
+        async def guarded_send(message: Message) -> None:
             if not closed:  # after the idle close, the app's own close (and anything) is dropped
                 await send(message)
 
@@ -166,7 +167,7 @@ def build_app(
     sessions = max_sessions or settings.max_sessions
     runtime = Runtime(root, settings, max_sessions=sessions)
     idle = session_timeout_s or settings.session_timeout_s
-    app = create_app(
+    app: FastAPI = create_app(
         functools.partial(HarborEnvironment, runtime),
         ServedAction,  # the token never leaves the server (the web page logs whole actions)
         HarborObservation,

@@ -30,7 +30,7 @@ class Artifact:
 def collect(sandbox: Sandbox, entries: list[ArtifactConfig], *, limit: int) -> list[Artifact]:
     """The entries that exist in ``sandbox`` (relative sources are inside its workdir); together
     at most ``limit`` bytes, else :class:`TooLargeError` naming the entry."""
-    found = []
+    found: list[Artifact] = []
     for entry in entries:
         path = posixpath.normpath(posixpath.join(sandbox.workdir, entry.source))
         raw = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller

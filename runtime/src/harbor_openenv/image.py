@@ -27,7 +27,7 @@ import docker.errors
 
 from .events import Timer, event
 from .task import Task, TaskKind
-from .task_config import verifier_mode
+from .task_config import StepConfig, verifier_mode
 
 IMAGE_REPOSITORY = "harbor-openenv/task"
 _IGNORED = {".git", ".DS_Store", "__pycache__"}
@@ -111,7 +111,7 @@ class ImageResolver:
             return False
         return True
 
-    def _once(self, ref: str, make) -> str:
+    def _once(self, ref: str, make: Callable[[], object]) -> str:
         """Run ``make`` for ``ref`` unless the image exists; callers for the same ref wait."""
         while True:
             with self._lock:
@@ -184,7 +184,13 @@ class ImageResolver:
             raise ImageError(f"{task.id}: building {where}/Dockerfile failed: {error}\n{tail}")
         event("image built", task=task.id, image=tag, seconds=timer.seconds)
 
-    def _stream_build(self, context: Path, tag: str, log: deque[str], progress=None) -> str | None:
+    def _stream_build(
+        self,
+        context: Path,
+        tag: str,
+        log: deque[str],
+        progress: Callable[[str], None] | None = None,
+    ) -> str | None:
         try:
             for chunk in self._client.api.build(
                 path=str(context),
@@ -202,7 +208,7 @@ class ImageResolver:
                             if progress is not None:
                                 progress(line)
                 if "error" in chunk:
-                    return chunk["error"].strip()
+                    return str(chunk["error"]).strip()
         except docker.errors.APIError as exc:
             return str(exc.explanation or exc)
         return None
@@ -223,13 +229,22 @@ def task_images(task: Task) -> list[tuple[str, Callable[[ImageResolver], str]]]:
         elif source.ref:
             images[source.ref] = lambda resolver: resolver.resolve(task)
     config = task.config
-    for step in config.steps or [None]:
+    steps: list[StepConfig | None] = list(config.steps or []) or [None]
+    for step in steps:
         if verifier_mode(config, step) != "separate":
             continue
         ref, folder = task.verifier_image_ref(step), task.verifier_image_dir(step)
         if ref:
-            images.setdefault(ref, lambda resolver, ref=ref: resolver.use(task, ref))
+            images.setdefault(ref, _using(task, ref))
         elif folder:
             tag = f"{IMAGE_REPOSITORY}:{environment_hash(folder)}"
-            images.setdefault(tag, lambda resolver, folder=folder: resolver.build(task, folder))
+            images.setdefault(tag, _building(task, folder))
     return list(images.items())
+
+
+def _using(task: Task, ref: str) -> Callable[[ImageResolver], str]:
+    return lambda resolver: resolver.use(task, ref)
+
+
+def _building(task: Task, folder: Path) -> Callable[[ImageResolver], str]:
+    return lambda resolver: resolver.build(task, folder)

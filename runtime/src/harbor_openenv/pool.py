@@ -201,7 +201,7 @@ class ContainerPool:
         self._failed.discard(spec)
         self._idle.setdefault(spec, deque())
         self._idle.move_to_end(spec)
-        dropped = []
+        dropped: list[Sandbox] = []
         while len(self._idle) > max(self.limit, 1):
             _, queue = self._idle.popitem(last=False)
             dropped.extend(queue)
@@ -249,12 +249,14 @@ class ContainerPool:
         """The worker: start one container at a time for the spec :meth:`_next` names."""
         while True:
             with self._cond:
-                while not self._closed and (spec := self._next()) is None:
+                spec = self._next()
+                while not self._closed and spec is None:
                     self._cond.wait()
-                if self._closed:
+                    spec = self._next()
+                if self._closed or spec is None:
                     return
                 self._starting += 1
-            sandbox = None
+            sandbox: Sandbox | None = None
             try:
                 sandbox = spec.start(
                     self._client(), owner=self._owner, task_id=None, labels={LABEL_POOL: "1"}
@@ -271,7 +273,7 @@ class ContainerPool:
                     and len(queue) < self.size
                     and self._total() < self.limit
                 )
-                if keep:
+                if keep and queue is not None and sandbox is not None:
                     queue.append(sandbox)
                 elif sandbox is None:
                     self._failed.add(spec)
