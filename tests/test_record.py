@@ -18,6 +18,7 @@ import subprocess
 from html import unescape
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import wait_until
 from test_interop import CHROMIUM_ARGS
@@ -436,14 +437,13 @@ def test_harbor_view_shows_each_episode_and_its_reward(tmp_path) -> None:
     rec.close()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "harbor-view.log").open("w")  # a file: a full pipe would stall the server
     view = subprocess.Popen(
         [str(HARBOR_VENV / "bin" / "harbor"), "view", str(rec.record_dir), "--port", str(port)],
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
-        text=True,
     )
     try:
-        import httpx
 
         def up() -> bool:
             try:
@@ -451,7 +451,7 @@ def test_harbor_view_shows_each_episode_and_its_reward(tmp_path) -> None:
             except httpx.HTTPError:
                 return False
 
-        assert wait_until(up, timeout=60), "harbor view did not start"
+        assert wait_until(up, timeout=60), (tmp_path / "harbor-view.log").read_text()
         job = rec.job_dir.name
         # the API the page reads: the job list, the job's trials, each trial
         jobs = httpx.get(f"{url}/api/jobs").json()["items"]
@@ -496,5 +496,6 @@ def test_harbor_view_shows_each_episode_and_its_reward(tmp_path) -> None:
             view.wait(timeout=20)
         except subprocess.TimeoutExpired:
             view.kill()
+        log.close()
     print(f"screenshot: {screenshot}")
     assert screenshot.stat().st_size > 10_000
