@@ -37,6 +37,7 @@ GIVEN = {
     "pool_size": ("2", 2),
     "log_format": ("JSON", "json"),
     "log_level": ("warning", "WARNING"),
+    "record_dir": ("/srv/rollouts", Path("/srv/rollouts")),
     "env_name": ("my-env", "my-env"),
     "env_version": ("1.2.3", "1.2.3"),
 }

@@ -117,6 +117,12 @@ class Settings:
     log_level: str = field(
         default="INFO", metadata=_about("level of logger harbor_openenv (WARNING: errors only)")
     )
+    record_dir: Path | None = field(
+        default=None,
+        metadata=_about(
+            "write every episode as a Harbor trial folder in a job folder here (unset: off)", Path
+        ),
+    )
     env_name: str | None = field(
         default=None, metadata=_about("/metadata's name (default: from openenv.yaml)")
     )
