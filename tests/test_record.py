@@ -13,18 +13,18 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 from html import unescape
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import wait_until
+from conftest import FIXTURE_TASKS, Server, wait_until
 from test_interop import CHROMIUM_ARGS
 
 from harbor_openenv import record
 from harbor_openenv.config import Settings
+from harbor_openenv.launch import free_port
 from harbor_openenv.record import (
     MAX_EPISODE_CHARS,
     MAX_LONG_TEXT_CHARS,
@@ -406,12 +406,6 @@ def test_harbors_own_models_load_every_file(tmp_path) -> None:
     assert f"{trials['multi'].name}/steps/fill/agent/trajectory.json" in checked
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def page_text(chromium: str, url: str, profile: Path, screenshot: Path | None = None) -> str:
     """The page as headless Chromium renders it (the viewer is a JS app: virtual time lets its
     API calls finish), as text; with ``screenshot``, also a PNG of it."""
@@ -499,3 +493,32 @@ def test_harbor_view_shows_each_episode_and_its_reward(tmp_path) -> None:
         log.close()
     print(f"screenshot: {screenshot}")
     assert screenshot.stat().st_size > 10_000
+
+
+@pytest.mark.docker
+def test_a_served_episode_is_recorded_with_its_reward(docker_client, tmp_path) -> None:
+    """Through a real server: HARBOR_OPENENV_RECORD_DIR records each episode, its agent steps
+    and its verifier's reward (or its error), and the job ends when the server stops."""
+    records = tmp_path / "records"
+    server = Server(FIXTURE_TASKS, HARBOR_OPENENV_RECORD_DIR=str(records))
+    with server, server.client() as env:
+        env.reset(task_id="edit-file")
+        env.write("answer.txt", "42")
+        assert env.evaluate().reward == 1.0
+        env.reset(task_id="no-reward")
+        assert env.evaluate().reward is None
+    (job,) = records.iterdir()
+    results = {
+        load(trial / "result.json")["task_name"]: (trial, load(trial / "result.json"))
+        for trial in job.iterdir()
+        if trial.is_dir()
+    }
+    assert set(results) == {"edit-file", "no-reward"}
+    trial, solved = results["edit-file"]
+    assert solved["verifier_result"]["rewards"]["reward"] == 1.0
+    steps = load(trial / "agent" / "trajectory.json")["steps"]
+    assert any("answer.txt" in json.dumps(step) for step in steps), steps
+    assert "TOKEN" not in json.dumps(steps) and server.token not in json.dumps(steps)
+    _, unrewarded = results["no-reward"]
+    assert unrewarded["verifier_result"] is None and unrewarded["exception_info"]
+    assert load(job / "result.json")["finished_at"]

@@ -99,6 +99,9 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
                 return self._fail("reset", problem, done=True)
             episode = self._episode = Episode.start(self._runtime, task)
             instruction = episode.instruction
+            if self._runtime.recorder is not None:
+                record = self._runtime.recorder.start(task.id, instruction, self._state.episode_id)
+                episode.record = record
         except Exception as exc:
             return self._failed("reset", exc)
         self._state.workdir = episode.sandbox.workdir
@@ -146,7 +149,8 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         try:
             observation = _HANDLERS[kind](episode, action)
         except Exception as exc:
-            return self._failed(kind, exc)
+            return _recorded(episode, action, self._failed(kind, exc))
+        _recorded(episode, action, observation)
         return self._conclude(observation) if observation.done else observation
 
     @property
@@ -195,6 +199,16 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
     def _conclude(self, observation: HarborObservation) -> HarborObservation:
         """Record the episode's reward, end the episode and answer the action that ended it."""
         self._state.evaluated, self._state.reward = True, observation.reward
+        episode = self._episode
+        if episode is not None and episode.record is not None:
+            info = observation.info
+            if "final_metrics" in info:
+                metrics = info["final_metrics"]
+            else:
+                metrics = None if info.get("verifier_timed_out") else info.get("metrics")
+            episode.record.verified(
+                None, observation.reward, metrics or {}, observation.output or "", observation.error
+            )
         event(
             "evaluate",
             task=self._state.task_id,
@@ -216,3 +230,13 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         episode, self._episode = self._episode, None
         if episode is not None:
             episode.end()
+
+
+def _recorded(
+    episode: Episode, action: HarborAction, observation: HarborObservation
+) -> HarborObservation:
+    """``observation``, after adding the action and its answer to the episode's record (if on;
+    a record that has ended ignores it)."""
+    if episode.record is not None:
+        episode.record.step(action.model_dump(), observation.model_dump())
+    return observation

@@ -13,6 +13,7 @@ from typing import Any
 
 from .envs import Envs, resolve_envs
 from .models import HarborObservation
+from .record import EpisodeRecord
 from .reward import VERIFIER_DIR, scalar
 from .runtime import Runtime
 from .sandbox import Sandbox, SandboxError
@@ -41,6 +42,7 @@ class Episode:
         self.step_metrics: list[dict[str, float] | None] = []
         self.step_info: list[dict[str, Any]] = []
         self.verifier_dirs_used = False  # /tests and /logs/verifier hold the last verifier's
+        self.record: EpisodeRecord | None = None  # HARBOR_OPENENV_RECORD_DIR's trial, if on
 
     @classmethod
     def start(cls, runtime: Runtime, task: Task) -> Episode:
@@ -191,6 +193,10 @@ class Episode:
     ) -> HarborObservation:
         """Record the step's result; advance (done=False, the next instruction) or end."""
         config = self.task.config
+        if self.record is not None:
+            self.record.verified(
+                step.name, verdict.value, verdict.metrics or {}, verdict.stdout, verdict.error
+            )
         self.step_metrics.append(verdict.metrics)
         self.step_info.append(
             {"name": step.name, "reward": verdict.value, **info, "error": verdict.error}
@@ -249,5 +255,7 @@ class Episode:
     def end(self) -> None:
         """Stop watching the sandbox and remove it in the background; the warm pool counts the
         episode until it is gone."""
+        if self.record is not None:
+            self.record.finish()
         self.runtime.disk.forget(self.sandbox)
         self.runtime.discard(self.sandbox, self.runtime.pool.ending())

@@ -187,7 +187,7 @@ def _metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
     return kept
 
 
-class Episode:
+class EpisodeRecord:
     """One episode's record: cheap calls that keep what the trial folder will hold."""
 
     def __init__(
@@ -320,7 +320,7 @@ def _rewards(verdict: _Verdict | None) -> dict[str, float] | None:
 
 
 def _trajectory(
-    episode: Episode, segment: _Segment, notes: list[str], end: float | None
+    episode: EpisodeRecord, segment: _Segment, notes: list[str], end: float | None
 ) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     if segment.instruction:
@@ -429,11 +429,11 @@ class Recorder:
 
     # -- the API -----------------------------------------------------------------------------
 
-    def start(self, task_id: str, instruction: str | None, episode_id: str) -> Episode:
+    def start(self, task_id: str, instruction: str | None, episode_id: str) -> EpisodeRecord:
         """A new episode on ``task_id``; its trial folder and config.json are written off-thread."""
         base = _safe_name(task_id.rstrip("/").rsplit("/", 1)[-1], "task")[:32].rstrip("_-")
         name = f"{base or 'task'}__{uuid.uuid4().hex[:8]}"
-        episode = Episode(self, task_id, instruction, episode_id, name)
+        episode = EpisodeRecord(self, task_id, instruction, episode_id, name)
         self._submit(lambda: self._write_trial_config(episode))
         return episode
 
@@ -532,7 +532,7 @@ class Recorder:
         }
         self._write_json(self.job_dir / "result.json", result)
 
-    def _trial_config(self, episode: Episode) -> dict[str, Any]:
+    def _trial_config(self, episode: EpisodeRecord) -> dict[str, Any]:
         return {
             "task": {"path": episode.task_id},
             "trial_name": episode.trial_name,
@@ -541,11 +541,11 @@ class Recorder:
             "job_id": self.job_id,
         }
 
-    def _write_trial_config(self, episode: Episode) -> None:
+    def _write_trial_config(self, episode: EpisodeRecord) -> None:
         self._started_trials += 1
         self._write_json(episode.trial_dir / "config.json", self._trial_config(episode))
 
-    def _write_trial(self, episode: Episode) -> None:
+    def _write_trial(self, episode: EpisodeRecord) -> None:
         """Every file of an ended episode (on the writer thread: the episode no longer changes)."""
         trial = episode.trial_dir
         end = episode._finished

@@ -25,6 +25,7 @@ from .helper import HelperError, HelperVolume
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
 from .pool import ContainerPool, ContainerSpec
+from .record import Recorder
 from .sandbox import (
     LABEL,
     LABEL_OWNER,
@@ -56,6 +57,7 @@ class Runtime:
         self.dataset = Dataset(tasks_root)
         self.catalog = TaskCatalog(self.dataset)  # Task API: splits and task specs, built once
         self.settings = settings or Settings()
+        self.recorder = Recorder.from_settings(self.settings)  # None unless RECORD_DIR is set
         max_sessions = max_sessions or self.settings.max_sessions
         self.owner = server_identity()
         self._docker: docker.DockerClient | None = None
@@ -236,6 +238,8 @@ class Runtime:
         """Finish pending removals, empty the warm pool and remove every container this server
         started."""
         self._removals.shutdown(wait=True)
+        if self.recorder is not None:
+            self.recorder.close()
         self.disk.close()
         self.pool.close()
         if self._docker is None:
