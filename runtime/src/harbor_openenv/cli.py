@@ -1,5 +1,9 @@
 """``harbor-openenv``: validate a dataset, check its tasks in Docker, or serve it locally.
 
+Longer than ~400 lines: it is the parser (a third of it, each command's help text) and one
+short function per command with its report; each command's engine lives in its own module
+(check, sync, update, image).
+
 ``validate`` needs only the core package; ``check`` and ``serve`` import the server extra (OpenEnv,
 Docker, uvicorn) when they run.
 """

@@ -1,5 +1,8 @@
 """What Harbor 0.25 would refuse: the rules its task model enforces when it loads a task.
 
+Longer than ~400 lines: it mirrors Harbor's task models field by field, which is what makes a
+difference from Harbor easy to find; the rules shared with our own models come from task_config.
+
 This runtime parses ``task.toml`` leniently (it can serve a task Harbor would not load), so
 ``validate`` reports each rule Harbor's ``TaskConfig`` and ``Task.is_valid_dir`` enforce as a
 Harbor-compatibility warning naming the field: ``harbor run`` skips such a task, or fails it.

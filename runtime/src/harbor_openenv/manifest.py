@@ -2,6 +2,8 @@
 
 Standard library only: the template's copy task imports this module inside copier's own Python,
 where neither openenv nor the server extras are installed.
+Slightly over ~400 lines for that reason: the copy, the manifest and their checks must stay in
+this one standard-library module that copier's Python can import alone.
 
 The manifest is a text file of `<sha256 hex>  <path>` lines, sorted by path, with paths relative to
 the manifest's directory, so `sha256sum -c tasks.sha256` run next to it checks every file. File

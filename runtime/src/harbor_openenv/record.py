@@ -1,5 +1,9 @@
 """Recorded rollouts: every episode as a Harbor trial folder that ``harbor view`` shows.
 
+Longer than the project's ~400 lines per module on purpose: a quarter is this docstring (the
+layout Harbor's viewer reads), and the shapes of Harbor's JSON stay beside the one writer that
+fills them, so a change of Harbor's format is one module's change.
+
 Off by default. With ``HARBOR_OPENENV_RECORD_DIR`` set (``Settings.record_dir``), each server run
 writes one job folder in that folder, and each episode one trial folder in the job's, in the layout
 and JSON models of Harbor 0.25 (``harbor.models.job``, ``harbor.models.trial``, and the trajectory
