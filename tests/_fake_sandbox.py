@@ -1,50 +1,33 @@
-"""A fake of the sandbox methods an episode calls, for unit tests without Docker.
+"""A recording sandbox for the episode and verifier unit tests, on :class:`MemorySandbox`.
 
-It answers exec, exec_root, stop_processes, mark_baseline, put_dir, confine, read_file,
-write_file, list_dir, read_engine_file and remove on a dict of files, and records each call. Its
-verifier (any command running /tests/test.sh) writes reward 1 when a solve.sh ran since the last
-grading, else 0.
+Commands run nowhere: the verifier (any command running /tests/test.sh) writes reward 1 when a
+solve.sh ran since the last grading, else 0; ``answers`` fixes a command's result, ``fail_on``
+makes one raise. The helper-backed steps (stop_processes, mark_baseline, put_dir, exec_root) are
+recorded and succeed; ``called(name)`` lists what each was asked.
 """
 
 from __future__ import annotations
 
-import posixpath
 from pathlib import Path
 from typing import Any
 
-from harbor_openenv.sandbox import ExecResult, TooLargeError, resolve_within
+from harbor_openenv.sandbox import ExecResult
+from harbor_openenv.sandbox.base import VerifierDirs
+from harbor_openenv.sandbox.memory import MemorySandbox
 
 
-class FakeSandbox:
-    """The sandbox methods an episode uses, on a dict of files; records what was asked."""
+class FakeSandbox(MemorySandbox):
+    """MemorySandbox's files and shared behaviour; records what the episode asked."""
 
     def __init__(self, workdir: str = "/work") -> None:
-        self.workdir = workdir
-        self.default_user = ""
-        self.exceeded: str | None = None
-        self.files: dict[str, bytes] = {}
+        super().__init__(self._answer, workdir=workdir)
         self.calls: list[tuple[str, Any]] = []
         self.solved = False
-        self.removed = 0
+        self.removals = 0
         self.fail_on: str | None = None  # a command substring whose exec raises
         self.answers: dict[str, ExecResult] = {}  # a command substring's fixed result
 
-    @property
-    def name(self) -> str:
-        return "fake"
-
-    def exec(
-        self,
-        command: str,
-        *,
-        timeout_s: float,
-        max_output: int,
-        user: str | None = None,
-        env: dict[str, str] | None = None,
-        workdir: str | None = None,
-        args: tuple[str, ...] = (),
-    ) -> ExecResult:
-        self.calls.append(("exec", (command, user, dict(env or {}))))
+    def _answer(self, command: str, user: str, env: object, workdir: str) -> ExecResult:
         if self.fail_on and self.fail_on in command:
             raise RuntimeError(f"the engine broke on {command!r}")
         for part, result in self.answers.items():
@@ -62,56 +45,33 @@ class FakeSandbox:
             return ExecResult(0, command[5:] + "\n")
         return ExecResult(0, "")
 
+    def exec(self, command: str, **options: Any) -> ExecResult:
+        user, env = options.get("user"), dict(options.get("env") or {})
+        self.calls.append(("exec", (command, user, env)))
+        return super().exec(command, **options)
+
     def exec_root(
         self, script: str, *args: str, workdir: str = "/", timeout_s: float = 60
     ) -> ExecResult:
         self.calls.append(("exec_root", (script, args)))
         return ExecResult(0, "")
 
-    def stop_processes(self, prepare: tuple[str, str, str, str] | None = None) -> None:
+    def stop_processes(self, prepare: VerifierDirs | None = None) -> None:
         self.calls.append(("stop_processes", prepare))
 
     def mark_baseline(self) -> None:
         self.calls.append(("mark_baseline", None))
 
-    def put_dir(
-        self,
-        source: Path,
-        destination: str,
-        *,
-        replace: bool = True,
-        prepared: bool = False,
-        executable: str | None = None,
-    ) -> None:
+    def put_dir(self, source: Path, destination: str, **options: Any) -> None:
         self.calls.append(("put_dir", (source, destination)))
-
-    def confine(self, path: str, *, user: str | None = None) -> str:
-        return resolve_within(self.workdir, path)
-
-    def read_file(
-        self, path: str, *, max_bytes: int, user: str | None = None
-    ) -> tuple[bytes, bool]:
-        data = self.files[path]
-        return data[:max_bytes], len(data) > max_bytes
 
     def write_file(self, path: str, data: bytes, *, user: str | None = None) -> None:
         self.calls.append(("write_file", (path, user)))
-        self.files[path] = data
-
-    def list_dir(self, path: str, *, user: str | None = None) -> str:
-        prefix = path.rstrip("/") + "/"
-        return "\n".join(sorted(posixpath.basename(p) for p in self.files if p.startswith(prefix)))
-
-    def read_engine_file(self, path: str, *, limit: int, tail: bool = False) -> bytes | None:
-        data = self.files.get(path)
-        if data is None:
-            return None
-        if len(data) > limit and not tail:
-            raise TooLargeError(f"{path} is {len(data)} bytes, over the limit of {limit}")
-        return data[-limit:] if tail else data
+        super().write_file(path, data, user=user)
 
     def remove(self) -> None:
-        self.removed += 1
+        self.removals += 1
+        super().remove()
 
     def called(self, name: str) -> list[Any]:
         return [args for called, args in self.calls if called == name]

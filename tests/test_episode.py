@@ -142,7 +142,7 @@ def test_evaluate_grades_and_ends_the_episode(env, runtime, solve, reward):
     stop = sandbox.called("stop_processes")[-1]
     assert stop == ("", "/logs/verifier", "/tests", "stage")
     assert (FIXTURES / "tasks/edit-file/tests", "/tests") in sandbox.called("put_dir")
-    assert runtime.pool._active == 0 or sandbox.removed  # removed in the background
+    assert runtime.pool._active == 0 or sandbox.removals  # removed in the background
     after = act(env, "exec", command="true")
     assert after.error == "the episode has ended: call reset first" and after.done
 
@@ -262,7 +262,7 @@ def test_episode_start_and_end_count_against_the_pool(runtime):
     episode.end()
     runtime.shutdown()
     assert runtime.pool._active == 0
-    assert cast(FakeSandbox, episode.sandbox).removed == 1
+    assert cast(FakeSandbox, episode.sandbox).removals == 1
 
 
 def test_solve_without_solve_sh_is_refused_and_the_episode_goes_on(tmp_path):
