@@ -16,6 +16,7 @@ near a target such as 0.75; at 1 a replica answers ``/ready`` with 503 and takes
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -130,7 +131,16 @@ class Metrics:
         for action in ("reset", "exec", "evaluate"):
             self.action_seconds.labels(action)
         self.registry.register(_Live(snapshot))
-        self._unsubscribe = events.subscribe(self._on_event)
+        # A weak reference: a runtime that is never shut down (a test's, check's) does not keep
+        # its metrics alive, counting, through the listener.
+        ref = weakref.ref(self)
+
+        def listener(name: str, fields: dict[str, Any]) -> None:
+            metrics = ref()
+            if metrics is not None:
+                metrics._on_event(name, fields)
+
+        self._unsubscribe = events.subscribe(listener)
 
     def _on_event(self, name: str, fields: dict[str, Any]) -> None:
         kind = _IMAGE_EVENTS.get(name)
