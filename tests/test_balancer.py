@@ -6,6 +6,8 @@ owner, both on the one Docker engine) behind a real HAProxy (Debian's, installed
 1.0: both replicas serve sessions, 0 wrong rewards, 0 leaked containers. Then one replica gets
 SIGTERM mid-episode: HAProxy marks it down, new sessions all reach the other replica, and the
 drained replica's running episode still finishes with 1.0 before it exits with nothing left.
+And one replica killed with -9: only its session fails, a retry lands on the other, and a replica
+started again on the engine removes the dead one's container.
 What this does not prove: separate engines per replica (see README, Scaling out)."""
 
 from __future__ import annotations
@@ -179,4 +181,49 @@ def test_two_replicas_behind_haproxy_serve_sessions_and_drain(docker_client, tmp
         if balancer is not None:
             balancer.stop()
         for srv in replicas:
+            srv.stop()
+
+
+def test_a_replica_killed_with_9_fails_only_its_sessions(docker_client, tmp_path):
+    """kill -9 of the replica holding one of two sessions: that session's next action raises a
+    clear error, the other replica's session scores 1.0, a retry through HAProxy lands on the
+    live replica and scores 1.0, and a replica started again on the same engine removes the dead
+    one's container."""
+    replicas: list[Server] = []
+    balancer: HAProxy | None = None
+    restarted: Server | None = None
+    try:
+        replicas = [Server(FIXTURE_TASKS, HARBOR_OPENENV_MAX_SESSIONS="4") for _ in range(2)]
+        balancer = HAProxy(tmp_path, replicas)
+        with (
+            HarborEnvClient(balancer.url, orchestration_token=TOKEN) as first,
+            HarborEnvClient(balancer.url, orchestration_token=TOKEN) as second,
+        ):
+            assert first.reset(task_id=TASK).observation.error is None
+            (held,) = [n for n, srv in enumerate(replicas) if _started(srv) == 1]
+            assert second.reset(task_id=TASK).observation.error is None
+            assert [_started(srv) for srv in replicas] == [1, 1]  # leastconn: one each
+            dead, live = replicas[held], replicas[1 - held]
+            dead_prefix = dead.owner_prefix
+            assert len(runtime_containers(docker_client, dead_prefix)) == 1
+            dead.stop(signal.SIGKILL)
+
+            with pytest.raises(Exception) as failed:
+                first.write("answer.txt", "42\n")
+            print(f"\nthe killed replica's session: {type(failed.value).__name__}: {failed.value}")
+            assert "closed" in str(failed.value).lower() or "connect" in str(failed.value).lower()
+            second.write("answer.txt", "42\n")
+            assert second.evaluate().reward == 1.0
+
+        assert wait_until(lambda: balancer.states().get(f"r{held + 1}") == "DOWN", timeout=10)
+        assert _episode(balancer.url) == 1.0  # the retry lands on the live replica
+        assert _started(live) == 2
+        # The killed replica's container outlives it, until a replica starts on its engine.
+        assert len(runtime_containers(docker_client, dead_prefix)) == 1
+        restarted = Server(FIXTURE_TASKS)
+        assert wait_until(lambda: runtime_containers(docker_client, dead_prefix) == [], 60)
+    finally:
+        if balancer is not None:
+            balancer.stop()
+        for srv in [*replicas, *([restarted] if restarted else [])]:
             srv.stop()
