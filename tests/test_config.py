@@ -19,6 +19,7 @@ GIVEN = {
     "tasks": ("/srv/tasks", Path("/srv/tasks")),
     "max_sessions": ("3", 3),
     "session_timeout_s": ("12.5", 12.5),
+    "drain_s": ("0", 0.0),
     "exec_timeout_s": ("7", 7.0),
     "max_output_bytes": ("100", 100),
     "max_write_bytes": ("200", 200),
@@ -92,7 +93,7 @@ def test_a_bad_number_names_its_variable_and_value(name, raw):
 @pytest.mark.parametrize("name", NUMBERS)
 def test_zero_only_where_it_means_off(name):
     variable = Settings.variable(name)
-    if name in ("disk_mb", "pool_size"):
+    if name in ("disk_mb", "pool_size", "drain_s"):
         assert getattr(Settings.from_env({variable: "0"}), name) == 0
     else:
         with pytest.raises(ValueError, match=f"{variable}='0' must be greater than 0"):

@@ -14,16 +14,23 @@ import functools
 import json
 import logging
 import re
+import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._openenv import ConcurrencyConfig, create_app
 from .config import Settings
 from .environment import HarborEnvironment
+from .events import Timer, event
 from .events import configure as configure_logging
 from .models import HarborObservation, HarborState, ServedAction
 from .runtime import Runtime
@@ -117,6 +124,70 @@ class _IdleSessions:
                 pending.cancel()
 
 
+class _Sessions:
+    """Counts the open WebSocket sessions (``/ws``, ``/mcp``) for ``/ready`` and the metrics, and
+    turns new ones away once the server drains: accepted, then closed with 1013 ("try again
+    later") and a reason, so the client knows to reconnect (through the balancer, elsewhere)."""
+
+    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
+        self.app = app
+        self.runtime = runtime
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket" or scope.get("path") not in _IdleSessions.PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self.runtime.draining.is_set():
+            message = await receive()
+            if message["type"] == "websocket.connect":
+                await send({"type": "websocket.accept"})
+                reason = "draining: this server is stopping; reconnect to reach another replica"
+                await send({"type": "websocket.close", "code": 1013, "reason": reason})
+            return
+        self.runtime.session_opened()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.runtime.session_closed()
+
+
+def _drain_on_sigterm(runtime: Runtime) -> None:
+    """Put the drain in front of uvicorn's SIGTERM handling (uvicorn closes every WebSocket at
+    once when it gets the signal). Runs at startup, when uvicorn has installed its handlers.
+
+    On SIGTERM the server is not ready at once (``/ready`` 503, new sessions and resets refused),
+    the running episodes get ``HARBOR_OPENENV_DRAIN_S`` seconds to end, then uvicorn's own
+    handler runs: it closes the sessions left and shutdown removes every container. A second
+    SIGTERM stops at once. SIGINT (Ctrl-C) stops at once as before.
+    """
+    drain_s = runtime.settings.drain_s
+    if drain_s <= 0 or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous):  # not under a server that handles SIGTERM itself (uvicorn does)
+        return
+    stop: Callable[[int, FrameType | None], Any] = previous
+    started = threading.Event()
+
+    def finish() -> None:
+        timer = Timer()
+        event("drain", episodes=runtime.pool.active, grace_s=drain_s)
+        drained = runtime.drain(drain_s)
+        left = runtime.pool.active
+        event("drained" if drained else "drain timed out", episodes=left, seconds=timer.seconds)
+        stop(signal.SIGTERM, None)
+
+    def on_sigterm(sig: int, frame: FrameType | None) -> None:
+        if started.is_set():
+            stop(sig, frame)
+            return
+        started.set()
+        runtime.draining.set()  # before this handler returns: /ready says 503 from now on
+        threading.Thread(target=finish, name="harbor-openenv-drain", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 _OBJECT_START = re.compile(r"\s*\{")
 
 
@@ -180,6 +251,27 @@ def build_app(
     app.state.runtime = runtime
     app.add_middleware(_ObjectMessagesOnly)
     app.add_middleware(_IdleSessions, idle_s=idle)
+    app.add_middleware(_Sessions, runtime=runtime)
+
+    @app.get("/ready", tags=["Health"], summary="Readiness: can this replica take a new session?")
+    def ready() -> JSONResponse:
+        """200 when a session slot is free and the server is not draining, else 503 and why.
+        Never calls Docker. ``/health`` stays the liveness answer."""
+        reason = runtime.not_ready()
+        now = runtime.snapshot(containers=False)
+        body = {
+            "status": "not ready" if reason else "ready",
+            "reason": reason,
+            "sessions": now.sessions,
+            "episodes": now.episodes,
+            "capacity": now.capacity,
+            "draining": now.draining,
+        }
+        return JSONResponse(body, status_code=503 if reason else 200)
+
+    @app.get("/metrics", tags=["Health"], summary="Prometheus metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(runtime.metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
 
     def _remove_orphans() -> None:
         try:
@@ -203,6 +295,7 @@ def build_app(
             log.warning("could not prewarm the container pool: %s", exc)
 
     app.router.on_startup.append(_remove_orphans)
+    app.router.on_startup.append(functools.partial(_drain_on_sigterm, runtime))
     if runtime.settings.pool_size:  # in the background: the default task's image may need a build
         app.router.on_startup.append(threading.Thread(target=_prewarm, daemon=True).start)
     app.router.on_shutdown.append(_remove_own)

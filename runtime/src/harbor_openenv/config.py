@@ -49,6 +49,15 @@ class Settings:
             "seconds a session may wait for its next message before it is closed", float
         ),
     )
+    drain_s: float = field(
+        default=25.0,
+        metadata=_about(
+            "on SIGTERM, seconds running episodes get to finish before the server stops (0: stop"
+            " at once)",
+            float,
+            zero=True,
+        ),
+    )
     exec_timeout_s: float = field(
         default=300.0, metadata=_about("default and cap of one exec", float)
     )

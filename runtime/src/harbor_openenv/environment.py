@@ -42,6 +42,11 @@ _CLOSED = (
     " server is stopping) and its container removed: open a new session"
 )
 
+_DRAINING = (
+    "this server is stopping (draining after SIGTERM) and starts no new episode: open a new"
+    " session, which the balancer sends to another replica"
+)
+
 
 class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, HarborState]):
     """Serves one task per episode; construction is cheap (OpenEnv builds one per HTTP call).
@@ -76,10 +81,29 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
     ) -> HarborObservation:
         """Start an episode on ``task_id``, or the ``index``-th task (of ``split``, default all),
         or one drawn with ``seed``."""
+        self._timer = Timer()
+        observation = self._reset(seed, episode_id, task_id, index, split)
+        metrics = self._runtime.metrics
+        metrics.action_seconds.labels("reset").observe(self._timer.elapsed)
+        if self._episode is not None:
+            metrics.episodes_started.inc()
+        else:
+            metrics.reset_errors.inc()
+        return observation
+
+    def _reset(
+        self,
+        seed: int | None,
+        episode_id: str | None,
+        task_id: str | None,
+        index: int | None,
+        split: str | None,
+    ) -> HarborObservation:
         if self._closed:
             return self._fail("reset", _CLOSED, done=True)
         self._end_episode()
-        self._timer = Timer()
+        if self._runtime.draining.is_set():
+            return self._fail("reset", _DRAINING, done=True)
         dataset = self._runtime.dataset
         self._state = HarborState(
             episode_id=episode_id or str(uuid.uuid4()), task_count=len(dataset)
@@ -144,6 +168,12 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
             return self._fail(kind, f"{reason}: call reset first", done=done)
         self._state.step_count += 1
         self._timer = Timer()
+        try:
+            return self._act(kind, episode, action)
+        finally:
+            self._runtime.metrics.action_seconds.labels(kind).observe(self._timer.elapsed)
+
+    def _act(self, kind: str, episode: Episode, action: HarborAction) -> HarborObservation:
         if episode.sandbox.exceeded:
             return self._conclude(episode.observe(kind, done=True, error=episode.sandbox.exceeded))
         try:
@@ -217,7 +247,11 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
             seconds=self._timer.seconds,
             error=observation.error,
         )
-        self._end_episode()
+        if observation.info.get("verifier_timed_out"):
+            outcome = "timeout"
+        else:
+            outcome = "error" if observation.reward is None else "reward"
+        self._end_episode(outcome)
         return observation
 
     def _fail(self, action_type: str, error: str, **fields: Any) -> HarborObservation:
@@ -226,9 +260,12 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
             event("error", logging.WARNING, action=action_type, task=fields["task_id"], error=error)
         return HarborObservation(action_type=action_type, error=error, **fields)
 
-    def _end_episode(self) -> None:
+    def _end_episode(self, outcome: str = "reaped") -> None:
+        """End the running episode, if any: ``outcome`` as the metrics count it (reaped: ended
+        without evaluate)."""
         episode, self._episode = self._episode, None
         if episode is not None:
+            self._runtime.metrics.ended(outcome)
             episode.end()
 
 

@@ -16,10 +16,12 @@ changes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from .config import Settings
@@ -34,11 +36,32 @@ def _text(value: Any) -> str:
     return json.dumps(text) if (not text or any(c.isspace() or c in '"=' for c in text)) else text
 
 
+Listener = Callable[[str, dict[str, Any]], None]
+_listeners: list[Listener] = []
+
+
+def subscribe(listener: Listener) -> Callable[[], None]:
+    """Call ``listener(name, fields)`` for every event from now on, whatever the log level (the
+    metrics count image builds and pulls this way); returns the unsubscribe."""
+    _listeners.append(listener)
+
+    def unsubscribe() -> None:
+        with contextlib.suppress(ValueError):
+            _listeners.remove(listener)
+
+    return unsubscribe
+
+
 def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
     """Log one event line: its name, then ``key=value`` for each field that is not None."""
+    shown = {key: value for key, value in fields.items() if value is not None}
+    for listener in tuple(_listeners):
+        try:
+            listener(name, shown)
+        except Exception:  # a listener never breaks what it listens to
+            log.exception("event listener failed on %s", name)
     if not log.isEnabledFor(level):
         return
-    shown = {key: value for key, value in fields.items() if value is not None}
     message = " ".join([name, *(f"{key}={_text(value)}" for key, value in shown.items())])
     log.log(level, message, extra={"harbor_event": name, "harbor_fields": shown})
 
@@ -52,6 +75,11 @@ class Timer:
     @property
     def seconds(self) -> float:
         return round(time.monotonic() - self.start, 3)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds, unrounded (for the metrics)."""
+        return time.monotonic() - self.start
 
 
 class JsonFormatter(logging.Formatter):

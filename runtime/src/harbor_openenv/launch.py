@@ -43,6 +43,8 @@ class Server:
     """``uvicorn --factory harbor_openenv.app:build_app`` on a free port, started and healthy.
 
     ``env`` adds to (or overrides) this process's environment, e.g. ``HARBOR_OPENENV_POOL_SIZE``.
+    ``HARBOR_OPENENV_DRAIN_S`` is 0 unless given (here or in this process's environment), so
+    :meth:`stop` stops at once; give it to test the drain.
     ``token``: the orchestration token (default: a fresh one). ``log``: a file for the server's
     output, which is otherwise kept in memory; ``output`` reads it either way. ``health_s``: the
     seconds from launch to the first healthy ``/health``. Raises RuntimeError, with the output,
@@ -63,6 +65,7 @@ class Server:
         self.token = token or secrets.token_hex(16)
         self.log = log
         environ = {
+            "HARBOR_OPENENV_DRAIN_S": "0",
             **os.environ,
             "HARBOR_OPENENV_TASKS": str(tasks),
             "HARBOR_OPENENV_ORCHESTRATION_TOKEN": self.token,

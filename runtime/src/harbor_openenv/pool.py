@@ -158,6 +158,23 @@ class ContainerPool:
 
         return released
 
+    @property
+    def active(self) -> int:
+        """Episodes holding a container (those whose container is being removed included)."""
+        with self._cond:
+            return self._active
+
+    @property
+    def idle(self) -> int:
+        """Pooled containers ready for a reset."""
+        with self._cond:
+            return self._idle_count()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no episode holds a container, at most ``timeout_s``; whether none does."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._active == 0, timeout_s)
+
     def want(self, spec: ContainerSpec) -> None:
         """Keep ``spec``'s pool filled from now on (no-op with the pool off or closed)."""
         with self._cond:

@@ -24,6 +24,7 @@ from .envs import resolve_envs
 from .helper import HelperError, HelperVolume
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
+from .metrics import Metrics, Snapshot
 from .pool import ContainerPool, ContainerSpec
 from .record import Recorder
 from .sandbox import (
@@ -70,6 +71,64 @@ class Runtime:
         self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
         self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: self.owner})
         self.disk = DiskGuard(self.settings.disk_check_s)
+        self._sessions = 0  # open WebSocket sessions (app.SessionCount keeps it)
+        self.draining = threading.Event()  # set by SIGTERM's drain: no new session or episode
+        self.metrics = Metrics(self.snapshot)
+
+    # -- sessions, readiness, drain ------------------------------------------------------------
+
+    def session_opened(self) -> None:
+        with self._lock:
+            self._sessions += 1
+
+    def session_closed(self) -> None:
+        with self._lock:
+            self._sessions -= 1
+
+    def snapshot(self, *, containers: bool = True) -> Snapshot:
+        """Sessions, episodes, capacity and the pool now; ``containers``: ask the engine for this
+        server's running containers (only once connected; None when it cannot answer)."""
+        with self._lock:
+            sessions, client = self._sessions, self._docker
+        running: int | None = None
+        if containers and client is not None:
+            try:
+                filters: dict[str, str | list[str] | bool] = {
+                    "label": f"{LABEL_OWNER}={self.owner}",
+                    "status": "running",
+                }
+                running = len(client.containers.list(filters=filters, ignore_removed=True))
+            except Exception as exc:  # the engine may be down: the gauge is left out
+                log.debug("metrics: cannot list containers: %s", exc)
+        elif containers:
+            running = 0  # never connected: this server has started nothing
+        return Snapshot(
+            sessions=sessions,
+            episodes=self.pool.active,
+            capacity=self.pool.limit,
+            draining=self.draining.is_set(),
+            pool_idle=self.pool.idle,
+            containers=running,
+        )
+
+    def not_ready(self) -> str | None:
+        """Why this replica cannot take a new session now (``/ready``'s 503), or None."""
+        now = self.snapshot(containers=False)
+        if now.draining:
+            return "draining: the server is stopping and takes no new session"
+        if now.busy >= now.capacity:
+            return (
+                f"full: {now.busy} of {now.capacity} session slots in use"
+                f" ({now.sessions} sessions, {now.episodes} episodes;"
+                " HARBOR_OPENENV_MAX_SESSIONS)"
+            )
+        return None
+
+    def drain(self, timeout_s: float) -> bool:
+        """Take no new session or episode from now on, and wait at most ``timeout_s`` for the
+        running episodes to end; whether they all did."""
+        self.draining.set()
+        return self.pool.wait_idle(timeout_s)
 
     @property
     def docker(self) -> docker.DockerClient:
@@ -240,6 +299,7 @@ class Runtime:
         self._removals.shutdown(wait=True)
         if self.recorder is not None:
             self.recorder.close()
+        self.metrics.close()
         self.disk.close()
         self.pool.close()
         if self._docker is None:

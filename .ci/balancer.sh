@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install what tests/test_balancer.py needs: Debian's haproxy (the load balancer in front of the
+# replicas; the test runs its own instance on 127.0.0.1 and never the system service). Safe to
+# run again.
+set -euo pipefail
+
+if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "haproxy is missing: install Debian's haproxy package (as root)" >&2
+    exit 1
+  fi
+  echo "installing haproxy"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
+fi
+/usr/sbin/haproxy -v | head -n 1
