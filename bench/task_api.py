@@ -21,7 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from run import Server, big_dataset
+from run import big_dataset
+
+from harbor_openenv.launch import Server
 
 ENV = "harbor_openenv"
 
