@@ -207,20 +207,49 @@ class ImageResult:
     status: str = "failed"  # present, built, pulled or failed
     seconds: float = 0.0
     error: str | None = None
+    pushed: str | None = None  # push: the digest reference
+
+
+IMAGES_ACTIONS = ("build", "push")
+
+
+def _images_args(args: argparse.Namespace) -> tuple[str, Path | None, str | None]:
+    """``images [build|push] [DATASET]``: the action (build without one), dataset and registry."""
+    words: list[str] = list(args.words)
+    action = words.pop(0) if words and words[0] in IMAGES_ACTIONS else "build"
+    if len(words) > 1:
+        raise UsageError(f"one DATASET, not {' '.join(words)!r} (images [build|push] [DATASET])")
+    dataset = Path(words[0]) if words else None
+    registry = None
+    if action == "push":
+        if not args.registry:
+            raise UsageError("push needs --registry HOST/PREFIX (e.g. 127.0.0.1:5000/envs/my-env)")
+        from .registry import parse_registry
+
+        try:
+            registry = parse_registry(args.registry)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    elif args.registry:
+        raise UsageError("--registry goes with push (images push DATASET --registry HOST/PREFIX)")
+    return action, dataset, registry
 
 
 def cmd_images(args: argparse.Namespace) -> int:
-    """Build or pull every image the runnable tasks need, ``jobs`` at once, before serving."""
+    """Build or pull every image the runnable tasks need, ``jobs`` at once, before serving; with
+    push, also push each task's image to a registry and write images.lock."""
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    action, dataset_path, registry = _images_args(args)
     settings = _settings()
-    dataset = _open_dataset(args.dataset or settings.tasks or Path("."))
+    dataset = _open_dataset(dataset_path or settings.tasks or Path("."))
     try:
         import docker
 
         from . import engine
         from .events import configure_images
         from .image import ImageError, ImageResolver, task_images
+        from .registry import LOCK_NAME, LockedImage, lock_source, push_image, write_lock
     except ImportError as exc:
         raise UsageError(
             f"images needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
@@ -262,6 +291,17 @@ def cmd_images(args: argparse.Namespace) -> int:
         result.seconds = round(time.monotonic() - started, 1)
         return result
 
+    def push_one(ref: str) -> ImageResult:
+        result = results[ref]
+        started = time.monotonic()
+        try:
+            assert registry is not None
+            result.pushed = push_image(client, ref, registry)
+        except (ImageError, docker.errors.DockerException) as exc:
+            result.error = str(exc).splitlines()[0]
+        result.seconds = round(result.seconds + time.monotonic() - started, 1)
+        return result
+
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     started = time.monotonic()
@@ -275,8 +315,25 @@ def cmd_images(args: argparse.Namespace) -> int:
                 f"{' ...' if len(result.tasks) > 3 else ''}): {what} in {result.seconds:.1f} s",
                 file=sys.stderr,
             )
+        # push: each task's own image (a separate verifier's is built where it runs)
+        sources = {
+            task.id: source
+            for task in dataset
+            if task.kind is TaskKind.RUNNABLE and (source := lock_source(task)) in results
+        }
+        to_push = [ref for ref in dict.fromkeys(sources.values()) if not results[ref].error]
+        if action == "push":
+            futures = [pool.submit(push_one, ref) for ref in to_push]
+            for done, future in enumerate(as_completed(futures), 1):
+                result = future.result()
+                what = f"FAILED: {result.error}" if result.error else f"pushed {result.pushed}"
+                print(f"[{done}/{len(to_push)}] {result.image}: {what}", file=sys.stderr)
     rows = [["IMAGE", "TASKS", "STATUS", "SECONDS"]]
     rows += [[r.image, str(len(r.tasks)), r.status, f"{r.seconds:.1f}"] for r in results.values()]
+    if action == "push":
+        rows = [[*row, "PUSHED"] for row in rows[:1]] + [
+            [*row, r.pushed or "-"] for row, r in zip(rows[1:], results.values(), strict=True)
+        ]
     if len(rows) > 1:
         _print_table(rows, sys.stdout)
     failed = [r for r in results.values() if r.error]
@@ -288,6 +345,18 @@ def cmd_images(args: argparse.Namespace) -> int:
         f"{total} image(s) in {time.monotonic() - started:.1f} s: {total - len(failed)} ready,"
         f" {len(failed)} failed" + (f", {invalid} invalid task(s)" if invalid else "")
     )
+    if action == "push":
+        lock = dataset.root.parent / LOCK_NAME
+        if problems:
+            print(f"{lock} not written: every image must push first")
+        else:
+            assert registry is not None
+            entries = {
+                task_id: LockedImage(results[ref].pushed or "", ref)
+                for task_id, ref in sorted(sources.items())
+            }
+            write_lock(lock, registry, entries)
+            print(f"wrote {lock}: {len(entries)} task(s) pinned to {registry}")
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
@@ -466,20 +535,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     images = commands.add_parser(
         "images",
-        help="build or pull every task image ahead of serving",
-        description="Build (environment/Dockerfile) or pull (docker_image) the image of every"
-        " runnable task, and any separate verifier's image, JOBS at once, so no reset waits for"
-        " one. Prints a line per image as it is ready and a table at the end; exits 1 when an"
-        " image fails or a task is invalid.",
+        help="build or pull every task image ahead of serving; push them to a registry",
+        usage="harbor-openenv images [-h] [build|push] [DATASET] [--jobs N] [--registry R]",
+        description="build (the default): build (environment/Dockerfile) or pull (docker_image)"
+        " the image of every runnable task, and any separate verifier's image, JOBS at once, so"
+        " no reset waits for one. Prints a line per image as it is ready and a table at the end;"
+        " exits 1 when an image fails or a task is invalid. push: the same, then tag each task's"
+        " image under --registry HOST/PREFIX (as HOST/PREFIX/task:<image id>), push it, and write"
+        " images.lock beside the tasks folder (only when every image pushed): a server with that"
+        " lock pulls those images by digest and never builds them.",
     )
     images.add_argument(
-        "dataset",
-        type=Path,
-        nargs="?",
-        metavar="DATASET",
-        help=_DATASET_HELP + " (default: $HARBOR_OPENENV_TASKS or the current folder)",
+        "words",
+        nargs="*",
+        metavar="[build|push] [DATASET]",
+        help=_DATASET_HELP + " (default: $HARBOR_OPENENV_TASKS or the current folder);"
+        " a dataset folder named build or push is written ./build",
     )
     images.add_argument("--jobs", "-j", type=int, default=2, help="images at once (default 2)")
+    images.add_argument(
+        "--registry",
+        metavar="HOST/PREFIX",
+        help="push: the registry and path to push under, e.g. 127.0.0.1:5000/envs/my-env",
+    )
     images.set_defaults(run=cmd_images)
 
     serve = commands.add_parser(

@@ -25,6 +25,7 @@ from .helper import HelperError, HelperVolume
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
 from .pool import ContainerPool, ContainerSpec
+from .registry import LOCK_NAME, LockedImage, lock_source, read_lock
 from .sandbox import (
     LABEL,
     LABEL_OWNER,
@@ -56,6 +57,11 @@ class Runtime:
         self.dataset = Dataset(tasks_root)
         self.catalog = TaskCatalog(self.dataset)  # Task API: splits and task specs, built once
         self.settings = settings or Settings()
+        # images.lock beside the tasks folder, where tasks.sha256 is: the tasks it pins start
+        # from their pushed image, pulled by digest, never built. A malformed lock stops start-up.
+        lock = self.dataset.root.parent / LOCK_NAME
+        self.locked: dict[str, LockedImage] = read_lock(lock) if lock.is_file() else {}
+        self._sources: dict[str, str | None] = {}
         max_sessions = max_sessions or self.settings.max_sessions
         self.owner = server_identity()
         self._docker: docker.DockerClient | None = None
@@ -88,6 +94,29 @@ class Runtime:
         self.docker  # noqa: B018 - connects and creates the resolver
         assert self._resolver is not None
         return self._resolver
+
+    def task_image(self, task: Task) -> str:
+        """The local image ``task``'s episodes start from: the one images.lock pins (pulled by
+        digest if the engine lacks it, never built), else the task's own (pulled or built)."""
+        locked = self.locked.get(task.id)
+        if locked is None:
+            return self.images.resolve(task)
+        if task.id not in self._sources:
+            self._sources[task.id] = lock_source(task)
+        source = self._sources[task.id]
+        if source != locked.source:
+            raise ImageError(
+                f"{task.id}: {LOCK_NAME} pins {locked.image}, pushed from {locked.source}, but"
+                f" the task's image is now {source or 'none'}: run `harbor-openenv images push`"
+                f" again (or remove the task from {LOCK_NAME})"
+            )
+        try:
+            return self.images.use(task, locked.image)
+        except ImageError as exc:
+            raise ImageError(
+                f"{exc} (the image {LOCK_NAME} pins for task {task.id}: push it again with"
+                " `harbor-openenv images push`, or log the engine in to its registry)"
+            ) from None
 
     def helper_volume(self, image: str) -> str:
         """The server's volume holding the in-container helper (made on first use)."""
@@ -168,7 +197,7 @@ class Runtime:
             elif folder:
                 image = self.images.build(task, folder)
             else:
-                image = self.images.resolve(task)
+                image = self.task_image(task)
         except ImageError as exc:
             raise SandboxError(f"the separate verifier's image: {exc}") from None
         config = task.config
@@ -212,7 +241,7 @@ class Runtime:
             return
         table = task.config.environment
         env = resolve_envs(task).environment
-        image = self.images.resolve(task)
+        image = self.task_image(task)
         self.pool.want(self.spec(image, table, env, table.network_mode))
 
     def discard(self, sandbox: Sandbox, then: Callable[[], None]) -> None:
