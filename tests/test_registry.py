@@ -118,7 +118,7 @@ def test_push_locks_digests_and_a_server_pulls_them_instead_of_building(
         assert result.returncode == 0, result
         assert "1 image(s) for 2 task(s)" in result.stderr
         assert re.search(
-            rf"\[1/1\] harbor-openenv/task:\w+: pushed {prefix}/{DIGEST_REF}", result.stderr
+            rf"\[push 1/1\] harbor-openenv/task:\w+: pushed {prefix}/{DIGEST_REF}", result.stderr
         )
         assert result.stdout.splitlines()[0].split() == [
             "IMAGE",
@@ -170,6 +170,22 @@ def test_push_locks_digests_and_a_server_pulls_them_instead_of_building(
         with pytest.raises(docker.errors.ImageNotFound):
             docker_client.images.get(entry["source"])  # pulled, never built
         assert docker_client.images.get(entry["image"]).id == built.id
+    finally:
+        remove_ours(docker_client)
+
+
+@pytest.mark.docker
+def test_a_failed_push_fails_the_command_and_writes_no_lock(docker_client, tmp_path):
+    repo = env_repo(tmp_path, "edit-file")
+    nowhere = f"127.0.0.1:{free_port()}/test"  # nothing listens there
+    try:
+        result = run_cli("images", "push", repo, "--registry", nowhere)
+        assert result.returncode == 1, result
+        failed = next(line for line in result.stderr.splitlines() if line.startswith("[push 1/1] "))
+        assert "FAILED: pushing harbor-openenv/task:" in failed
+        assert f"to {nowhere}/task:" in failed and "connection refused" in failed, failed
+        assert f"{repo / LOCK_NAME} not written: every image must push first" in result.stdout
+        assert not (repo / LOCK_NAME).exists()
     finally:
         remove_ours(docker_client)
 

@@ -327,7 +327,7 @@ def cmd_images(args: argparse.Namespace) -> int:
             for done, future in enumerate(as_completed(futures), 1):
                 result = future.result()
                 what = f"FAILED: {result.error}" if result.error else f"pushed {result.pushed}"
-                print(f"[{done}/{len(to_push)}] {result.image}: {what}", file=sys.stderr)
+                print(f"[push {done}/{len(to_push)}] {result.image}: {what}", file=sys.stderr)
     rows = [["IMAGE", "TASKS", "STATUS", "SECONDS"]]
     rows += [[r.image, str(len(r.tasks)), r.status, f"{r.seconds:.1f}"] for r in results.values()]
     if action == "push":
