@@ -88,11 +88,13 @@ def registry(tmp_path_factory) -> Iterator[str]:
 
 
 def remove_ours(client) -> None:
-    """Every image these tests built (their nonce label), whatever tags it has."""
+    """Every image these tests built (their nonce label), whatever tags it has. Its untagged
+    parents stay (noprune): they are the fixture Dockerfile's build cache, which other tests'
+    builds on the same engine may be using at that moment."""
     label, value = NONCE.split("=")
     for image in client.images.list(all=True, filters={"label": f"{label}={value}"}):
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            client.images.remove(image.id, force=True)
+            client.images.remove(image.id, force=True, noprune=True)
 
 
 def env_repo(tmp_path: Path, *names: str, nonce: bool = True) -> Path:
@@ -152,7 +154,7 @@ def test_push_locks_digests_and_a_server_pulls_them_instead_of_building(
         assert lock.read_text() == text  # the same images: the same bytes
 
         # Gone from the engine: the tags these tests built, so reset must pull by digest.
-        docker_client.images.remove(built.id, force=True)
+        docker_client.images.remove(built.id, force=True, noprune=True)
         for ref in (entry["source"], entry["image"]):
             with pytest.raises(docker.errors.ImageNotFound):
                 docker_client.images.get(ref)
@@ -170,6 +172,18 @@ def test_push_locks_digests_and_a_server_pulls_them_instead_of_building(
         with pytest.raises(docker.errors.ImageNotFound):
             docker_client.images.get(entry["source"])  # pulled, never built
         assert docker_client.images.get(entry["image"]).id == built.id
+
+        # `images` ahead of serving makes what the server starts: the pinned image, pulled.
+        docker_client.images.remove(built.id, force=True, noprune=True)
+        ahead = run_cli("images", repo)
+        assert ahead.returncode == 0, ahead
+        assert "1 image(s) for 2 task(s)" in ahead.stderr
+        assert f"image pull task=edit-file image={entry['image']}" in ahead.stderr
+        assert "image build" not in ahead.stderr
+        assert ahead.stdout.splitlines()[1].split()[:3] == [entry["image"], "2", "pulled"]
+        assert docker_client.images.get(entry["image"]).id == built.id
+        with pytest.raises(docker.errors.ImageNotFound):
+            docker_client.images.get(entry["source"])
     finally:
         remove_ours(docker_client)
 
@@ -219,6 +233,14 @@ def test_a_lock_naming_an_unpullable_or_stale_image_is_a_reset_error(
             assert stale.done and error.startswith("stale: "), error
             assert elsewhere in error and "images push" in error
         assert "image build" not in server.output
+
+    images = run_cli("images", "build", repo)  # ahead of serving: the stale pin is a problem
+    assert images.returncode == 1, images
+    assert "1 image(s) for 2 task(s)" in images.stderr  # only edit-file's pin: nothing built
+    assert f"[1/1] {missing} (edit-file): FAILED: edit-file: pulling" in images.stderr
+    problems = images.stdout.splitlines()
+    assert any(line.startswith("stale: ") and elsewhere in line for line in problems)
+    assert "image build" not in images.stderr
 
 
 def test_lock_files_are_checked(tmp_path):

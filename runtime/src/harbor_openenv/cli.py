@@ -249,13 +249,28 @@ def cmd_images(args: argparse.Namespace) -> int:
         from . import engine
         from .events import configure_images
         from .image import ImageError, ImageResolver, task_images
-        from .registry import LOCK_NAME, LockedImage, lock_source, push_image, write_lock
+        from .registry import (
+            LOCK_NAME,
+            LockedImage,
+            LockError,
+            lock_source,
+            push_image,
+            read_lock,
+            stale_pin,
+            write_lock,
+        )
     except ImportError as exc:
         raise UsageError(
             f"images needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
         ) from None
+    lock = dataset.root.parent / LOCK_NAME
+    try:  # build: the images a server would start, so a pinned task's locked image is pulled
+        pins = read_lock(lock) if action == "build" and lock.is_file() else {}
+    except LockError as exc:
+        raise UsageError(str(exc)) from None
     wanted: dict[str, tuple[Task, Any]] = {}
     results: dict[str, ImageResult] = {}
+    pinned: set[str] = set()
     problems = []
     for task in dataset:
         if task.kind is TaskKind.INVALID:
@@ -264,7 +279,20 @@ def cmd_images(args: argparse.Namespace) -> int:
             print(f"skipped {task.id} ({task.kind}: no image to build)", file=sys.stderr)
             continue
         else:
-            for ref, make in task_images(task):
+            images = task_images(task)
+            pin = pins.get(task.id)
+            stale = pin and stale_pin(task, pin)
+            if stale:  # the server refuses the task: nothing to make for its own image
+                problems.append(stale)
+                source = lock_source(task)
+                images = [(ref, make) for ref, make in images if ref != source]
+            elif pin is not None:
+                pinned.add(pin.image)
+                images = [
+                    (pin.image, _pulling(task, pin.image)) if ref == pin.source else (ref, make)
+                    for ref, make in images
+                ]
+            for ref, make in images:
                 wanted.setdefault(ref, (task, make))
                 results.setdefault(ref, ImageResult(ref, [])).tasks.append(task.id)
     try:
@@ -284,7 +312,9 @@ def cmd_images(args: argparse.Namespace) -> int:
             present = resolver.has(ref)
             make(resolver)
             source = task.image
-            pulled = source is not None and source.kind != "dockerfile" and ref == source.ref
+            pulled = ref in pinned or (
+                source is not None and source.kind != "dockerfile" and ref == source.ref
+            )
             result.status = "present" if present else ("pulled" if pulled else "built")
         except (ImageError, docker.errors.DockerException) as exc:
             result.error = str(exc).splitlines()[0]
@@ -346,7 +376,6 @@ def cmd_images(args: argparse.Namespace) -> int:
         f" {len(failed)} failed" + (f", {invalid} invalid task(s)" if invalid else "")
     )
     if action == "push":
-        lock = dataset.root.parent / LOCK_NAME
         if problems:
             print(f"{lock} not written: every image must push first")
         else:
@@ -358,6 +387,11 @@ def cmd_images(args: argparse.Namespace) -> int:
             write_lock(lock, registry, entries)
             print(f"wrote {lock}: {len(entries)} task(s) pinned to {registry}")
     return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def _pulling(task: Task, ref: str) -> Any:
+    """How ``images build`` makes a pinned task's image: pulled (by digest) if absent."""
+    return lambda resolver: resolver.use(task, ref)
 
 
 # -- serve ---------------------------------------------------------------------------------------

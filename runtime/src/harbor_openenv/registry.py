@@ -74,6 +74,18 @@ def lock_source(task: Task) -> str | None:
     return source.ref or None
 
 
+def stale_pin(task: Task, locked: LockedImage) -> str | None:
+    """Why ``locked`` no longer fits ``task`` (its image source changed since the push), if so."""
+    source = lock_source(task)
+    if source == locked.source:
+        return None
+    return (
+        f"{task.id}: {LOCK_NAME} pins {locked.image}, pushed from {locked.source}, but the task's"
+        f" image is now {source or 'none'}: run `harbor-openenv images push` again (or remove the"
+        f" task from {LOCK_NAME})"
+    )
+
+
 def push_image(client: docker.DockerClient, local: str, registry: str) -> str:
     """Tag the local image ``local`` under ``registry`` and push it; its digest reference.
 

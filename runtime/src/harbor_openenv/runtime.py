@@ -25,7 +25,7 @@ from .helper import HelperError, HelperVolume
 from .image import ImageError, ImageResolver
 from .manifest import MANIFEST_NAME, verify_manifest
 from .pool import ContainerPool, ContainerSpec
-from .registry import LOCK_NAME, LockedImage, lock_source, read_lock
+from .registry import LOCK_NAME, LockedImage, read_lock, stale_pin
 from .sandbox import (
     LABEL,
     LABEL_OWNER,
@@ -61,7 +61,7 @@ class Runtime:
         # from their pushed image, pulled by digest, never built. A malformed lock stops start-up.
         lock = self.dataset.root.parent / LOCK_NAME
         self.locked: dict[str, LockedImage] = read_lock(lock) if lock.is_file() else {}
-        self._sources: dict[str, str | None] = {}
+        self._stale: dict[str, str | None] = {}  # per pinned task, checked once
         max_sessions = max_sessions or self.settings.max_sessions
         self.owner = server_identity()
         self._docker: docker.DockerClient | None = None
@@ -101,15 +101,11 @@ class Runtime:
         locked = self.locked.get(task.id)
         if locked is None:
             return self.images.resolve(task)
-        if task.id not in self._sources:
-            self._sources[task.id] = lock_source(task)
-        source = self._sources[task.id]
-        if source != locked.source:
-            raise ImageError(
-                f"{task.id}: {LOCK_NAME} pins {locked.image}, pushed from {locked.source}, but"
-                f" the task's image is now {source or 'none'}: run `harbor-openenv images push`"
-                f" again (or remove the task from {LOCK_NAME})"
-            )
+        if task.id not in self._stale:
+            self._stale[task.id] = stale_pin(task, locked)
+        stale = self._stale[task.id]
+        if stale:
+            raise ImageError(stale)
         try:
             return self.images.use(task, locked.image)
         except ImageError as exc:
