@@ -275,6 +275,16 @@ def test_a_malformed_lock_stops_the_server_at_start(tmp_path):
         Runtime(repo / "tasks")
 
 
+@pytest.mark.parametrize("command", ["serve", "check", "images"])
+def test_a_malformed_lock_is_one_line_from_the_cli(tmp_path, command):
+    repo = env_repo(tmp_path, "edit-file", nonce=False)
+    (repo / LOCK_NAME).write_text('{"version": 1, "tasks": []}')
+    result = run_cli(command, repo, timeout=120)
+    assert result.returncode == 2, result
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"harbor-openenv {command}: {repo / LOCK_NAME}: has no 'tasks' table" in result.stderr
+
+
 def test_registry_names(tmp_path):
     assert parse_registry("127.0.0.1:5000/envs/my-env/") == "127.0.0.1:5000/envs/my-env"
     assert parse_registry("registry.example.org/team") == "registry.example.org/team"

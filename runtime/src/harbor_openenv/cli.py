@@ -413,11 +413,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import build_app
+        from .registry import LockError
     except ImportError as exc:
         raise UsageError(
             f"serve needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
         ) from None
-    app = build_app(root, settings=settings)
+    try:
+        app = build_app(root, settings=settings)
+    except LockError as exc:
+        raise UsageError(str(exc)) from None
     if app.state.runtime.settings.orchestration_token is None:
         print(
             "note: no HARBOR_OPENENV_ORCHESTRATION_TOKEN (or --token-file): evaluate and solve"
