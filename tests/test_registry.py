@@ -90,11 +90,18 @@ def registry(tmp_path_factory) -> Iterator[str]:
 def remove_ours(client) -> None:
     """Every image these tests built (their nonce label), whatever tags it has. Its untagged
     parents stay (noprune): they are the fixture Dockerfile's build cache, which other tests'
-    builds on the same engine may be using at that moment."""
+    builds on the same engine may be using at that moment. Tried again for a while: just after a
+    failed push the engine may refuse to delete the image (it only untags it)."""
     label, value = NONCE.split("=")
-    for image in client.images.list(all=True, filters={"label": f"{label}={value}"}):
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            client.images.remove(image.id, force=True, noprune=True)
+
+    def gone() -> bool:
+        ours = client.images.list(all=True, filters={"label": f"{label}={value}"})
+        for image in ours:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                client.images.remove(image.id, force=True, noprune=True)
+        return not ours
+
+    wait_until(gone, timeout=30, interval=1)
 
 
 def env_repo(tmp_path: Path, *names: str, nonce: bool = True) -> Path:
