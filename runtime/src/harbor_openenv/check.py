@@ -111,7 +111,12 @@ def check_in_docker(
 
     configure_images()  # image builds log their start and each step; check would be silent
     token = secrets.token_urlsafe(16)
-    runtime = Runtime(root, Settings(orchestration_token=token, build_network=build_network))
+    from .registry import LockError
+
+    try:
+        runtime = Runtime(root, Settings(orchestration_token=token, build_network=build_network))
+    except LockError as exc:
+        raise CheckError(str(exc)) from None
     try:
         runtime.docker.ping()
     except Exception as exc:

@@ -211,26 +211,70 @@ class ImageResult:
     status: str = "failed"  # present, built, pulled or failed
     seconds: float = 0.0
     error: str | None = None
+    pushed: str | None = None  # push: the digest reference
+
+
+IMAGES_ACTIONS = ("build", "push")
+
+
+def _images_args(args: argparse.Namespace) -> tuple[str, Path | None, str | None]:
+    """``images [build|push] [DATASET]``: the action (build without one), dataset and registry."""
+    words: list[str] = list(args.words)
+    action = words.pop(0) if words and words[0] in IMAGES_ACTIONS else "build"
+    if len(words) > 1:
+        raise UsageError(f"one DATASET, not {' '.join(words)!r} (images [build|push] [DATASET])")
+    dataset = Path(words[0]) if words else None
+    registry = None
+    if action == "push":
+        if not args.registry:
+            raise UsageError("push needs --registry HOST/PREFIX (e.g. 127.0.0.1:5000/envs/my-env)")
+        from .registry import parse_registry
+
+        try:
+            registry = parse_registry(args.registry)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    elif args.registry:
+        raise UsageError("--registry goes with push (images push DATASET --registry HOST/PREFIX)")
+    return action, dataset, registry
 
 
 def cmd_images(args: argparse.Namespace) -> int:
-    """Build or pull every image the runnable tasks need, ``jobs`` at once, before serving."""
+    """Build or pull every image the runnable tasks need, ``jobs`` at once, before serving; with
+    push, also push each task's image to a registry and write images.lock."""
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    action, dataset_path, registry = _images_args(args)
     settings = _settings()
-    dataset = _open_dataset(args.dataset or settings.tasks or Path("."))
+    dataset = _open_dataset(dataset_path or settings.tasks or Path("."))
     try:
         import docker
 
         from . import engine
         from .events import configure_images
         from .image import ImageError, ImageResolver, task_images
+        from .registry import (
+            LOCK_NAME,
+            LockedImage,
+            LockError,
+            lock_source,
+            push_image,
+            read_lock,
+            stale_pin,
+            write_lock,
+        )
     except ImportError as exc:
         raise UsageError(
             f"images needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
         ) from None
+    lock = dataset.root.parent / LOCK_NAME
+    try:  # build: the images a server would start, so a pinned task's locked image is pulled
+        pins = read_lock(lock) if action == "build" and lock.is_file() else {}
+    except LockError as exc:
+        raise UsageError(str(exc)) from None
     wanted: dict[str, tuple[Task, Any]] = {}
     results: dict[str, ImageResult] = {}
+    pinned: set[str] = set()
     problems = []
     for task in dataset:
         if task.kind is TaskKind.INVALID:
@@ -239,7 +283,20 @@ def cmd_images(args: argparse.Namespace) -> int:
             print(f"skipped {task.id} ({task.kind}: no image to build)", file=sys.stderr)
             continue
         else:
-            for ref, make in task_images(task):
+            images = task_images(task)
+            pin = pins.get(task.id)
+            stale = pin and stale_pin(task, pin)
+            if stale:  # the server refuses the task: nothing to make for its own image
+                problems.append(stale)
+                source = lock_source(task)
+                images = [(ref, make) for ref, make in images if ref != source]
+            elif pin is not None:
+                pinned.add(pin.image)
+                images = [
+                    (pin.image, _pulling(task, pin.image)) if ref == pin.source else (ref, make)
+                    for ref, make in images
+                ]
+            for ref, make in images:
                 wanted.setdefault(ref, (task, make))
                 results.setdefault(ref, ImageResult(ref, [])).tasks.append(task.id)
     try:
@@ -259,11 +316,24 @@ def cmd_images(args: argparse.Namespace) -> int:
             present = resolver.has(ref)
             make(resolver)
             source = task.image
-            pulled = source is not None and source.kind != "dockerfile" and ref == source.ref
+            pulled = ref in pinned or (
+                source is not None and source.kind != "dockerfile" and ref == source.ref
+            )
             result.status = "present" if present else ("pulled" if pulled else "built")
         except (ImageError, docker.errors.DockerException) as exc:
             result.error = str(exc).splitlines()[0]
         result.seconds = round(time.monotonic() - started, 1)
+        return result
+
+    def push_one(ref: str) -> ImageResult:
+        result = results[ref]
+        started = time.monotonic()
+        try:
+            assert registry is not None
+            result.pushed = push_image(client, ref, registry)
+        except (ImageError, docker.errors.DockerException) as exc:
+            result.error = str(exc).splitlines()[0]
+        result.seconds = round(result.seconds + time.monotonic() - started, 1)
         return result
 
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -279,8 +349,25 @@ def cmd_images(args: argparse.Namespace) -> int:
                 f"{' ...' if len(result.tasks) > 3 else ''}): {what} in {result.seconds:.1f} s",
                 file=sys.stderr,
             )
+        # push: each task's own image (a separate verifier's is built where it runs)
+        sources = {
+            task.id: source
+            for task in dataset
+            if task.kind is TaskKind.RUNNABLE and (source := lock_source(task)) in results
+        }
+        to_push = [ref for ref in dict.fromkeys(sources.values()) if not results[ref].error]
+        if action == "push":
+            futures = [pool.submit(push_one, ref) for ref in to_push]
+            for done, future in enumerate(as_completed(futures), 1):
+                result = future.result()
+                what = f"FAILED: {result.error}" if result.error else f"pushed {result.pushed}"
+                print(f"[push {done}/{len(to_push)}] {result.image}: {what}", file=sys.stderr)
     rows = [["IMAGE", "TASKS", "STATUS", "SECONDS"]]
     rows += [[r.image, str(len(r.tasks)), r.status, f"{r.seconds:.1f}"] for r in results.values()]
+    if action == "push":
+        rows = [[*row, "PUSHED"] for row in rows[:1]] + [
+            [*row, r.pushed or "-"] for row, r in zip(rows[1:], results.values(), strict=True)
+        ]
     if len(rows) > 1:
         _print_table(rows, sys.stdout)
     failed = [r for r in results.values() if r.error]
@@ -292,7 +379,23 @@ def cmd_images(args: argparse.Namespace) -> int:
         f"{total} image(s) in {time.monotonic() - started:.1f} s: {total - len(failed)} ready,"
         f" {len(failed)} failed" + (f", {invalid} invalid task(s)" if invalid else "")
     )
+    if action == "push":
+        if problems:
+            print(f"{lock} not written: every image must push first")
+        else:
+            assert registry is not None
+            entries = {
+                task_id: LockedImage(results[ref].pushed or "", ref)
+                for task_id, ref in sorted(sources.items())
+            }
+            write_lock(lock, registry, entries)
+            print(f"wrote {lock}: {len(entries)} task(s) pinned to {registry}")
     return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def _pulling(task: Task, ref: str) -> Any:
+    """How ``images build`` makes a pinned task's image: pulled (by digest) if absent."""
+    return lambda resolver: resolver.use(task, ref)
 
 
 # -- serve ---------------------------------------------------------------------------------------
@@ -314,11 +417,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import build_app
+        from .registry import LockError
     except ImportError as exc:
         raise UsageError(
             f"serve needs the server extra ({exc.name} is missing): {SERVER_EXTRA}"
         ) from None
-    app = build_app(root, settings=settings)
+    try:
+        app = build_app(root, settings=settings)
+    except LockError as exc:
+        raise UsageError(str(exc)) from None
     if app.state.runtime.settings.orchestration_token is None:
         print(
             "note: no HARBOR_OPENENV_ORCHESTRATION_TOKEN (or --token-file): evaluate and solve"
@@ -470,20 +577,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     images = commands.add_parser(
         "images",
-        help="build or pull every task image ahead of serving",
-        description="Build (environment/Dockerfile) or pull (docker_image) the image of every"
-        " runnable task, and any separate verifier's image, JOBS at once, so no reset waits for"
-        " one. Prints a line per image as it is ready and a table at the end; exits 1 when an"
-        " image fails or a task is invalid.",
+        help="build or pull every task image ahead of serving; push them to a registry",
+        usage="harbor-openenv images [-h] [build|push] [DATASET] [--jobs N] [--registry R]",
+        description="build (the default): build (environment/Dockerfile) or pull (docker_image)"
+        " the image of every runnable task, and any separate verifier's image, JOBS at once, so"
+        " no reset waits for one. Prints a line per image as it is ready and a table at the end;"
+        " exits 1 when an image fails or a task is invalid. push: the same, then tag each task's"
+        " image under --registry HOST/PREFIX (as HOST/PREFIX/task:<image id>), push it, and write"
+        " images.lock beside the tasks folder (only when every image pushed): a server with that"
+        " lock pulls those images by digest and never builds them.",
     )
     images.add_argument(
-        "dataset",
-        type=Path,
-        nargs="?",
-        metavar="DATASET",
-        help=_DATASET_HELP + " (default: $HARBOR_OPENENV_TASKS or the current folder)",
+        "words",
+        nargs="*",
+        metavar="[build|push] [DATASET]",
+        help=_DATASET_HELP + " (default: $HARBOR_OPENENV_TASKS or the current folder);"
+        " a dataset folder named build or push is written ./build",
     )
     images.add_argument("--jobs", "-j", type=int, default=2, help="images at once (default 2)")
+    images.add_argument(
+        "--registry",
+        metavar="HOST/PREFIX",
+        help="push: the registry and path to push under, e.g. 127.0.0.1:5000/envs/my-env",
+    )
     images.set_defaults(run=cmd_images)
 
     serve = commands.add_parser(

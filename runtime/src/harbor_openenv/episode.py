@@ -50,7 +50,7 @@ class Episode:
         prepare the first step; whatever fails ends the episode before it is returned."""
         envs = resolve_envs(task)
         table = task.config.environment
-        image = runtime.images.resolve(task)
+        image = runtime.task_image(task)
         sandbox = runtime.launch(
             task,
             image,

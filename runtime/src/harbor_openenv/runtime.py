@@ -27,6 +27,7 @@ from .manifest import MANIFEST_NAME, verify_manifest
 from .metrics import Metrics, Snapshot
 from .pool import ContainerPool, ContainerSpec
 from .record import Recorder
+from .registry import LOCK_NAME, LockedImage, read_lock, stale_pin
 from .sandbox import (
     LABEL,
     LABEL_OWNER,
@@ -59,6 +60,11 @@ class Runtime:
         self.catalog = TaskCatalog(self.dataset)  # Task API: splits and task specs, built once
         self.settings = settings or Settings()
         self.recorder = Recorder.from_settings(self.settings)  # None unless RECORD_DIR is set
+        # images.lock beside the tasks folder, where tasks.sha256 is: the tasks it pins start
+        # from their pushed image, pulled by digest, never built. A malformed lock stops start-up.
+        lock = self.dataset.root.parent / LOCK_NAME
+        self.locked: dict[str, LockedImage] = read_lock(lock) if lock.is_file() else {}
+        self._stale: dict[str, str | None] = {}  # per pinned task, checked once
         max_sessions = max_sessions or self.settings.max_sessions
         self.owner = server_identity()
         self._docker: docker.DockerClient | None = None
@@ -150,6 +156,25 @@ class Runtime:
         assert self._resolver is not None
         return self._resolver
 
+    def task_image(self, task: Task) -> str:
+        """The local image ``task``'s episodes start from: the one images.lock pins (pulled by
+        digest if the engine lacks it, never built), else the task's own (pulled or built)."""
+        locked = self.locked.get(task.id)
+        if locked is None:
+            return self.images.resolve(task)
+        if task.id not in self._stale:
+            self._stale[task.id] = stale_pin(task, locked)
+        stale = self._stale[task.id]
+        if stale:
+            raise ImageError(stale)
+        try:
+            return self.images.use(task, locked.image)
+        except ImageError as exc:
+            raise ImageError(
+                f"{exc} (the image {LOCK_NAME} pins for task {task.id}: push it again with"
+                " `harbor-openenv images push`, or log the engine in to its registry)"
+            ) from None
+
     def helper_volume(self, image: str) -> str:
         """The server's volume holding the in-container helper (made on first use)."""
         try:
@@ -229,7 +254,7 @@ class Runtime:
             elif folder:
                 image = self.images.build(task, folder)
             else:
-                image = self.images.resolve(task)
+                image = self.task_image(task)
         except ImageError as exc:
             raise SandboxError(f"the separate verifier's image: {exc}") from None
         config = task.config
@@ -273,7 +298,7 @@ class Runtime:
             return
         table = task.config.environment
         env = resolve_envs(task).environment
-        image = self.images.resolve(task)
+        image = self.task_image(task)
         self.pool.want(self.spec(image, table, env, table.network_mode))
 
     def discard(self, sandbox: Sandbox, then: Callable[[], None]) -> None:

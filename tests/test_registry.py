@@ -1,0 +1,318 @@
+"""Task images in a registry: ``harbor-openenv images push`` and a server serving ``images.lock``.
+
+A real registry (Debian's ``docker-registry``, installed by .ci/registry.sh) runs on 127.0.0.1 for
+the module, with its own config, no auth and a temporary storage folder; the Docker engine pushes
+to and pulls from it (loopback registries need no TLS). The images these tests build carry a
+nonce label and are removed after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker.errors
+import httpx
+import pytest
+from conftest import FIXTURE_TASKS, Server, runtime_containers, wait_until
+
+from harbor_openenv.dataset import Dataset
+from harbor_openenv.launch import free_port
+from harbor_openenv.registry import (
+    LOCK_NAME,
+    LockedImage,
+    LockError,
+    lock_source,
+    parse_registry,
+    read_lock,
+    write_lock,
+)
+
+CLI = [sys.executable, "-m", "harbor_openenv.cli"]
+NONCE = f"harbor-openenv.test-registry={uuid.uuid4().hex}"
+REGISTRY_BIN = "/usr/bin/docker-registry"
+DIGEST_REF = r"task@sha256:[0-9a-f]{64}"
+
+
+def run_cli(*args: object, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory) -> Iterator[str]:
+    """``HOST:PORT`` of a registry served for this module, stopped after."""
+    if not Path(REGISTRY_BIN).is_file():
+        pytest.fail(f"{REGISTRY_BIN} is missing: run .ci/registry.sh (Debian's docker-registry)")
+    folder = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    config = folder / "config.yml"
+    config.write_text(
+        "version: 0.1\n"
+        "log:\n  level: warn\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
+        "  delete:\n    enabled: true\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    log = (folder / "registry.log").open("w")
+    process = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=log)
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/v2/", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        if not wait_until(up, timeout=30):
+            pytest.fail(f"the registry did not start:\n{(folder / 'registry.log').read_text()}")
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def remove_ours(client) -> None:
+    """Every image these tests built (their nonce label), whatever tags it has. Its untagged
+    parents stay (noprune): they are the fixture Dockerfile's build cache, which other tests'
+    builds on the same engine may be using at that moment. Tried again for a while: just after a
+    failed push the engine may refuse to delete the image (it only untags it)."""
+    label, value = NONCE.split("=")
+
+    def gone() -> bool:
+        ours = client.images.list(all=True, filters={"label": f"{label}={value}"})
+        for image in ours:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                client.images.remove(image.id, force=True, noprune=True)
+        return not ours
+
+    wait_until(gone, timeout=30, interval=1)
+
+
+def env_repo(tmp_path: Path, *names: str, nonce: bool = True) -> Path:
+    """An environment repo folder with tasks/ holding copies of edit-file named ``names``."""
+    repo = tmp_path / "env"
+    for name in names:
+        shutil.copytree(FIXTURE_TASKS / "edit-file", repo / "tasks" / name)
+        if nonce:
+            with (repo / "tasks" / name / "environment" / "Dockerfile").open("a") as handle:
+                handle.write(f"LABEL {NONCE}\n")
+    return repo
+
+
+@pytest.mark.docker
+def test_push_locks_digests_and_a_server_pulls_them_instead_of_building(
+    docker_client, registry, tmp_path
+):
+    repo = env_repo(tmp_path, "edit-file", "same-image")  # one image, two tasks
+    prefix = f"{registry}/test/env-{uuid.uuid4().hex[:8]}"
+    lock = repo / LOCK_NAME
+    try:
+        result = run_cli("images", "push", repo, "--registry", prefix + "/", "-j", "2")
+        assert result.returncode == 0, result
+        assert "1 image(s) for 2 task(s)" in result.stderr
+        assert re.search(
+            rf"\[push 1/1\] harbor-openenv/task:\w+: pushed {prefix}/{DIGEST_REF}", result.stderr
+        )
+        assert result.stdout.splitlines()[0].split() == [
+            "IMAGE",
+            "TASKS",
+            "STATUS",
+            "SECONDS",
+            "PUSHED",
+        ]
+        assert f"wrote {lock}: 2 task(s) pinned to {prefix}" in result.stdout
+        assert not (repo / "tasks" / LOCK_NAME).exists()  # beside tasks/, never inside
+
+        text = lock.read_text()
+        document = json.loads(text)
+        assert text == json.dumps(document, indent=2, sort_keys=True) + "\n"
+        assert document["version"] == 1 and document["registry"] == prefix
+        assert sorted(document["tasks"]) == ["edit-file", "same-image"]
+        entry = document["tasks"]["edit-file"]
+        assert document["tasks"]["same-image"] == entry  # built and pushed once
+        assert re.fullmatch(rf"{re.escape(prefix)}/{DIGEST_REF}", entry["image"])
+        task = Dataset(repo / "tasks")["edit-file"]
+        assert entry["source"] == lock_source(task)
+        assert entry["source"].startswith("harbor-openenv/task:")
+        # The digest is the registry's own for what was pushed.
+        built = docker_client.images.get(entry["source"])
+        pushed_tag = next(tag for tag in built.tags if tag.startswith(prefix))
+        digest = entry["image"].split("@", 1)[1]
+        assert docker_client.images.get_registry_data(pushed_tag).id == digest
+
+        again = run_cli("images", "push", repo, "--registry", prefix)
+        assert again.returncode == 0, again
+        assert lock.read_text() == text  # the same images: the same bytes
+
+        # Gone from the engine: the tags these tests built, so reset must pull by digest.
+        docker_client.images.remove(built.id, force=True, noprune=True)
+        for ref in (entry["source"], entry["image"]):
+            with pytest.raises(docker.errors.ImageNotFound):
+                docker_client.images.get(ref)
+
+        with Server(repo / "tasks") as server:
+            with server.client() as env:
+                reset = env.reset(task_id="edit-file")
+                assert reset.observation.error is None, reset.observation.error
+                (container,) = runtime_containers(docker_client, server.owner_prefix)
+                assert container["Image"] == entry["image"]  # started from the digest reference
+                assert env.solve().observation.exit_code == 0
+                assert env.evaluate().reward == 1.0
+            assert f"image pull task=edit-file image={entry['image']}" in server.output
+            assert "image build" not in server.output
+        with pytest.raises(docker.errors.ImageNotFound):
+            docker_client.images.get(entry["source"])  # pulled, never built
+        assert docker_client.images.get(entry["image"]).id == built.id
+
+        # `images` ahead of serving makes what the server starts: the pinned image, pulled.
+        docker_client.images.remove(built.id, force=True, noprune=True)
+        ahead = run_cli("images", repo)
+        assert ahead.returncode == 0, ahead
+        assert "1 image(s) for 2 task(s)" in ahead.stderr
+        assert f"image pull task=edit-file image={entry['image']}" in ahead.stderr
+        assert "image build" not in ahead.stderr
+        assert ahead.stdout.splitlines()[1].split()[:3] == [entry["image"], "2", "pulled"]
+        assert docker_client.images.get(entry["image"]).id == built.id
+        with pytest.raises(docker.errors.ImageNotFound):
+            docker_client.images.get(entry["source"])
+    finally:
+        remove_ours(docker_client)
+
+
+@pytest.mark.docker
+def test_a_failed_push_fails_the_command_and_writes_no_lock(docker_client, tmp_path):
+    repo = env_repo(tmp_path, "edit-file")
+    nowhere = f"127.0.0.1:{free_port()}/test"  # nothing listens there
+    try:
+        result = run_cli("images", "push", repo, "--registry", nowhere)
+        assert result.returncode == 1, result
+        failed = next(line for line in result.stderr.splitlines() if line.startswith("[push 1/1] "))
+        assert "FAILED: pushing harbor-openenv/task:" in failed
+        assert f"to {nowhere}/task:" in failed and "connection refused" in failed, failed
+        assert f"{repo / LOCK_NAME} not written: every image must push first" in result.stdout
+        assert not (repo / LOCK_NAME).exists()
+    finally:
+        remove_ours(docker_client)
+
+
+@pytest.mark.docker
+def test_a_lock_naming_an_unpullable_or_stale_image_is_a_reset_error(
+    docker_client, registry, tmp_path
+):
+    repo = env_repo(tmp_path, "edit-file", "stale", nonce=False)
+    dataset = Dataset(repo / "tasks")
+    missing = f"{registry}/test/missing-{uuid.uuid4().hex[:8]}/task@sha256:{'0' * 64}"
+    elsewhere = f"{registry}/test/other/task@sha256:{'1' * 64}"
+    write_lock(
+        repo / LOCK_NAME,
+        f"{registry}/test",
+        {
+            "edit-file": LockedImage(missing, str(lock_source(dataset["edit-file"]))),
+            "stale": LockedImage(elsewhere, "harbor-openenv/task:" + "0" * 32),
+        },
+    )
+    with Server(repo / "tasks") as server:
+        with server.client() as env:
+            reset = env.reset(task_id="edit-file")
+            error = reset.observation.error or ""
+            assert reset.done and "edit-file" in error and missing in error, error
+            assert "pulling" in error and LOCK_NAME in error
+            assert wait_until(lambda: not runtime_containers(docker_client, server.owner_prefix))
+
+            stale = env.reset(task_id="stale")
+            error = stale.observation.error or ""
+            assert stale.done and error.startswith("stale: "), error
+            assert elsewhere in error and "images push" in error
+        assert "image build" not in server.output
+
+    images = run_cli("images", "build", repo)  # ahead of serving: the stale pin is a problem
+    assert images.returncode == 1, images
+    assert "1 image(s) for 2 task(s)" in images.stderr  # only edit-file's pin: nothing built
+    assert f"[1/1] {missing} (edit-file): FAILED: edit-file: pulling" in images.stderr
+    problems = images.stdout.splitlines()
+    assert any(line.startswith("stale: ") and elsewhere in line for line in problems)
+    assert "image build" not in images.stderr
+
+
+def test_lock_files_are_checked(tmp_path):
+    lock = tmp_path / LOCK_NAME
+    ref = f"127.0.0.1:5000/envs/task@sha256:{'a' * 64}"
+    write_lock(
+        lock, "127.0.0.1:5000/envs", {"b": LockedImage(ref, "x:1"), "a": LockedImage(ref, "y")}
+    )
+    assert read_lock(lock) == {"a": LockedImage(ref, "y"), "b": LockedImage(ref, "x:1")}
+    assert list(json.loads(lock.read_text())["tasks"]) == ["a", "b"]
+    for text, needle in (
+        ("{", "cannot read it"),
+        ('{"version": 2, "tasks": {}}', "version 1"),
+        ('{"version": 1}', "'tasks'"),
+        ('{"version": 1, "tasks": {"a": {"image": "x"}}}', "'image' and 'source'"),
+        (
+            '{"version": 1, "tasks": {"a": {"image": "r/task:latest", "source": "s"}}}',
+            "not a digest reference",
+        ),
+    ):
+        lock.write_text(text)
+        with pytest.raises(LockError, match=re.escape(needle)):
+            read_lock(lock)
+
+
+def test_a_malformed_lock_stops_the_server_at_start(tmp_path):
+    from harbor_openenv.runtime import Runtime
+
+    repo = env_repo(tmp_path, "edit-file", nonce=False)
+    (repo / LOCK_NAME).write_text("not json")
+    with pytest.raises(LockError, match=f"{LOCK_NAME}: cannot read it"):
+        Runtime(repo / "tasks")
+
+
+@pytest.mark.parametrize("command", ["serve", "check", "images"])
+def test_a_malformed_lock_is_one_line_from_the_cli(tmp_path, command):
+    repo = env_repo(tmp_path, "edit-file", nonce=False)
+    (repo / LOCK_NAME).write_text('{"version": 1, "tasks": []}')
+    result = run_cli(command, repo, timeout=120)
+    assert result.returncode == 2, result
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"harbor-openenv {command}: {repo / LOCK_NAME}: has no 'tasks' table" in result.stderr
+
+
+def test_registry_names(tmp_path):
+    assert parse_registry("127.0.0.1:5000/envs/my-env/") == "127.0.0.1:5000/envs/my-env"
+    assert parse_registry("registry.example.org/team") == "registry.example.org/team"
+    assert parse_registry("localhost/a") == "localhost/a"
+    for bad in ("envs", "me/envs", "127.0.0.1:5000", "127.0.0.1:5000/Envs", "h.org/a//b"):
+        with pytest.raises(ValueError, match="is not HOST/PREFIX"):
+            parse_registry(bad)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("push", FIXTURE_TASKS), "push needs --registry HOST/PREFIX"),
+        (("push", FIXTURE_TASKS, "--registry", "me/envs"), "is not HOST/PREFIX"),
+        (("build", FIXTURE_TASKS, "--registry", "localhost/a"), "--registry goes with push"),
+        (("build", "nope-folder"), "nope-folder: no such folder"),
+        (("push", "a", "b", "--registry", "localhost/a"), "one DATASET, not 'a b'"),
+    ],
+)
+def test_images_push_usage_errors(args, needle):
+    result = run_cli("images", *args)
+    assert result.returncode == 2, result
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert needle in result.stderr
