@@ -252,3 +252,22 @@ def test_hub_reference_resolution_with_a_stand_in_download(tmp_path):
         refs.resolve_hub("hf://me/tasks", work, commit_of=commit_of, download=failing)
     with pytest.raises(refs.RefError, match="not a Hub reference"):
         refs.resolve_hub("hf://nope", work, commit_of=commit_of, download=download)
+
+
+def test_sync_to_another_reference_given_on_the_command_line(registry, tmp_path):
+    dest = tmp_path / "env"
+    assert copier_copy(dest, "demo@1.0", registry["path"]).returncode == 0
+    result = sync(dest, "other@2")  # no --registry: a registry reference needs one
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "harbor-openenv sync-tasks: other@2: a registry reference needs a registry file"
+        " (copier: -d registry=PATH or URL; sync-tasks: --registry)"
+    )
+    result = sync(dest, "other@2", "--registry", registry["path"].as_uri())
+    assert result.returncode == 0, result.stderr
+    assert "removed: beta" in result.stdout and "removed: gamma" in result.stdout
+    assert sorted(p.name for p in (dest / "tasks").iterdir()) == ["alpha"]
+    record = json.loads((dest / refs.SOURCE_NAME).read_text())
+    assert record["reference"] == "other@2"
+    assert record["registry"] == registry["path"].as_uri()
+    assert "`other@2`" in (dest / "README.md").read_text()
