@@ -5,6 +5,7 @@ logic only: no Hub is reachable here, so the download functions are stand-ins)."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -271,3 +272,25 @@ def test_sync_to_another_reference_given_on_the_command_line(registry, tmp_path)
     assert record["reference"] == "other@2"
     assert record["registry"] == registry["path"].as_uri()
     assert "`other@2`" in (dest / "README.md").read_text()
+
+
+HARBOR_VENV = Path(
+    os.environ.get("HARBOR_OPENENV_HARBOR_VENV")
+    or Path.home() / ".cache" / "harbor-openenv" / "harbor-venv"
+)
+
+
+def test_harbor_downloads_the_same_tasks_from_the_same_registry(registry, tmp_path):
+    """Harbor 0.25's own `harbor datasets download --registry-path` (Harbor's venv, installed by
+    .ci/interop-tools.sh) reads our test registry and lays out the same bytes and modes."""
+    ours = refs.resolve_registry("demo@1.0", str(registry["path"]), tmp_path / "ours")
+    out = tmp_path / "harbor"
+    result = subprocess.run(
+        [str(HARBOR_VENV / "bin" / "harbor"), "datasets", "download", "demo@1.0"]
+        + ["--registry-path", str(registry["path"]), "-o", str(out), "--export"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert files_only(out / "demo") == files_only(ours.root) == files_only(registry["expected"][1])
