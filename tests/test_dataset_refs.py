@@ -294,3 +294,22 @@ def test_harbor_downloads_the_same_tasks_from_the_same_registry(registry, tmp_pa
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert files_only(out / "demo") == files_only(ours.root) == files_only(registry["expected"][1])
+
+
+def test_a_relative_registry_path_and_a_missing_one(registry, tmp_path):
+    dest = tmp_path / "env"
+    result = subprocess.run(
+        [sys.executable, "-m", "copier", "copy", "--trust", "--defaults", "--quiet"]
+        + ["--vcs-ref", "HEAD", "-d", "dataset_path=demo@1.0", "-d", "registry=registry.json"]
+        + [str(ROOT), str(dest)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,  # relative to where copier runs, recorded absolute for sync-tasks
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads((dest / refs.SOURCE_NAME).read_text())["registry"] == str(registry["path"])
+    missing = tmp_path / "env2"
+    result = copier_copy(missing, "demo@1.0", "")
+    assert result.returncode != 0
+    assert "Give the registry file (a path or URL) that lists demo@1.0" in result.stderr
+    assert not missing.exists()
