@@ -159,7 +159,10 @@ def build_runtime_wheel(runtime: Path, wheels: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", type=Path, help="dataset folder (absolute)")
+    parser.add_argument(
+        "--dataset", help="dataset folder (absolute), name@version, or hf://owner/name[@rev]"
+    )
+    parser.add_argument("--registry", default="", help="registry file or URL for name@version")
     parser.add_argument("--dest", default=Path("."), type=Path, help="the new project")
     parser.add_argument("--wheel", default="", help="wheel file to copy into wheels/ ('' = none)")
     parser.add_argument(
@@ -182,9 +185,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.dataset is None:
         parser.error("--dataset is required")
     manifest_mod, sync, task_mod = _import_runtime()
-    kind = task_mod.TaskKind
+    refs = importlib.import_module("harbor_openenv.refs")
+    with tempfile.TemporaryDirectory(prefix="harbor-openenv-dataset-") as workdir:
+        record: dict[str, object] = {}
+        if refs.kind_of(args.dataset) != "local":
+            # Resolved before anything is written: a reference that fails leaves no tasks/.
+            log(f"Resolving {args.dataset} ...")
+            try:
+                resolved = refs.resolve(args.dataset, args.registry, Path(workdir))
+            except refs.RefError as exc:
+                fail(f"cannot resolve the dataset reference {exc}")
+            source, record = resolved.root, resolved.record
+        else:
+            source = Path(args.dataset)
+        return _copy(args, source, record, manifest_mod, sync, task_mod, refs)
 
-    source = args.dataset
+
+def _copy(
+    args: argparse.Namespace,
+    source: Path,
+    record: dict[str, object],
+    manifest_mod: types.ModuleType,
+    sync: types.ModuleType,
+    task_mod: types.ModuleType,
+    refs: types.ModuleType,
+) -> int:
+    kind = task_mod.TaskKind
     if not source.is_absolute():
         fail(f"dataset path {source} is not absolute (the template passes an absolute path)")
     wheel = Path(args.wheel).expanduser() if args.wheel else None
@@ -238,7 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  copied {wheel.name} into wheels/", file=sys.stderr)
     if args.build_runtime:
         build_runtime_wheel(Path(args.build_runtime), dest / "wheels")
-    if not sync.write_summary(dest / "README.md", sync.summary_markdown(by_kind)):
+    if record:
+        refs.write_source(dest / refs.SOURCE_NAME, record)
+        print(f"  recorded the reference and its commits in {refs.SOURCE_NAME}", file=sys.stderr)
+    summary = refs.source_markdown(record) + sync.summary_markdown(by_kind)
+    if not sync.write_summary(dest / "README.md", summary):
         print("  README.md has no dataset summary markers; summary not written", file=sys.stderr)
     return 0
 

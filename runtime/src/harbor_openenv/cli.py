@@ -461,22 +461,44 @@ def _read_token(path: Path) -> str:
 
 
 def cmd_sync_tasks(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from . import refs
     from .sync import SyncError, SyncRefused, sync_tasks
 
-    try:
-        report = sync_tasks(
-            args.dataset,
-            args.repo,
-            force=args.force,
-            dry_run=args.dry_run,
-            allow_invalid=args.allow_invalid,
-        )
-    except SyncRefused as exc:  # the repo, the dataset or local changes: nothing was written
-        print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except SyncError as exc:
-        print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
+    source_file = args.repo / refs.SOURCE_NAME
+    with tempfile.TemporaryDirectory(prefix="harbor-openenv-dataset-") as workdir:
+        try:
+            if args.dataset is None:  # re-resolve the recorded reference
+                recorded = refs.read_source(source_file)
+                reference = str(recorded["reference"])
+                registry = args.registry or str(recorded.get("registry", ""))
+            else:
+                reference, registry = args.dataset, args.registry
+            resolved = refs.resolve(reference, registry, Path(workdir))
+        except refs.RefError as exc:
+            print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            report = sync_tasks(
+                resolved.root,
+                args.repo,
+                force=args.force,
+                dry_run=args.dry_run,
+                allow_invalid=args.allow_invalid,
+                source_note=refs.source_markdown(resolved.record),
+            )
+        except SyncRefused as exc:  # the repo, the dataset or local changes: nothing was written
+            print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except SyncError as exc:
+            print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
+            return EXIT_PROBLEMS
+    if not args.dry_run:
+        if resolved.record:
+            refs.write_source(source_file, resolved.record)
+        elif source_file.is_file():  # a local folder now: the old reference no longer applies
+            source_file.unlink()
     for label, ids in (("added", report.added), ("changed", report.changed)):
         for task_id in ids:
             print(f"{label}: {task_id}")
@@ -631,7 +653,19 @@ def build_parser() -> argparse.ArgumentParser:
         " tasks.sha256) unless --force, and refuses datasets with invalid tasks unless"
         " --allow-invalid.",
     )
-    sync.add_argument("dataset", type=Path, metavar="DATASET", help=_DATASET_HELP)
+    sync.add_argument(
+        "dataset",
+        nargs="?",
+        metavar="DATASET",
+        help="a dataset folder (tasks at its root or under tasks/), a Harbor registry reference"
+        " name@version (with --registry), or hf://owner/name[@revision]; default: re-resolve"
+        " the reference recorded in tasks.source.json",
+    )
+    sync.add_argument(
+        "--registry",
+        default="",
+        help="registry file or URL for name@version (default: the recorded one)",
+    )
     sync.add_argument(
         "--repo", type=Path, default=Path("."), help="the environment repo (default: here)"
     )

@@ -124,7 +124,9 @@ def write_summary(readme: Path, summary: str) -> bool:
     if start < 0 or end < start:
         return False
     start = text.index("\n", start) + 1
-    readme.write_text(text[:start] + summary + text[end:], encoding="utf-8")
+    new = text[:start] + summary + text[end:]
+    if new != text:  # a sync that changes nothing leaves the README untouched
+        readme.write_text(new, encoding="utf-8")
     return True
 
 
@@ -148,12 +150,14 @@ def sync_tasks(
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
     allow_invalid: bool = False,
+    source_note: str = "",
 ) -> SyncReport:
     """Make ``repo/tasks`` a byte-for-byte copy of the dataset at ``source``.
 
     Refuses when tasks/ differs from the repo's tasks.sha256 (local changes would be lost) unless
     ``force``; refuses datasets with invalid tasks unless ``allow_invalid``; replaces tasks/ in
-    one rename, then rewrites the manifest and the README's dataset summary.
+    one rename, then rewrites the manifest and the README's dataset summary (``source_note``, the
+    resolved reference's lines, goes first).
     """
     tasks_dir, manifest = repo / "tasks", repo / MANIFEST_NAME
     if not manifest.is_file() or not tasks_dir.is_dir():
@@ -171,6 +175,10 @@ def sync_tasks(
     dataset, by_kind = open_dataset(source, allow_invalid=allow_invalid)
     report = _compare(dataset, tasks_dir, manifest)
     if dry_run or not (report.added or report.changed or report.removed or local):
+        if not dry_run:
+            report.readme_updated = write_summary(
+                repo / "README.md", source_note + summary_markdown(by_kind)
+            )
         return report
     incoming, outgoing = repo / ".tasks.sync-new", repo / ".tasks.sync-old"
     for leftover in (incoming, outgoing):
@@ -184,7 +192,9 @@ def sync_tasks(
     os.rename(incoming, tasks_dir)
     write_manifest(tasks_dir, manifest, digests)
     shutil.rmtree(outgoing)
-    report.readme_updated = write_summary(repo / "README.md", summary_markdown(by_kind))
+    report.readme_updated = write_summary(
+        repo / "README.md", source_note + summary_markdown(by_kind)
+    )
     report.written = True
     return report
 
