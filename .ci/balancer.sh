@@ -5,12 +5,6 @@
 set -euo pipefail
 
 if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "haproxy is missing: install Debian's haproxy package (as root)" >&2
-    exit 1
-  fi
-  echo "installing haproxy"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
+  bash "$(dirname "$0")/debian-package.sh" haproxy
 fi
 /usr/sbin/haproxy -v | head -n 1

@@ -46,11 +46,5 @@ if ! docker compose version >/dev/null 2>&1; then
 fi
 
 if ! command -v chromium >/dev/null; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "chromium is missing: install Debian's chromium package (as root)" >&2
-    exit 1
-  fi
-  echo "installing chromium"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  bash .ci/debian-package.sh chromium
 fi

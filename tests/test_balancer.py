@@ -27,7 +27,7 @@ from conftest import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_unti
 from prometheus_client.parser import text_string_to_metric_families
 
 from harbor_openenv import HarborEnvClient
-from harbor_openenv.launch import free_port
+from harbor_openenv.launch import free_port, stop_process
 
 pytestmark = pytest.mark.docker
 
@@ -99,9 +99,7 @@ class HAProxy:
         }
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=30)
+        stop_process(self.process, timeout=30)
 
 
 def _started(srv: Server) -> float:

@@ -24,7 +24,7 @@ from test_interop import CHROMIUM_ARGS
 
 from harbor_openenv import record
 from harbor_openenv.config import Settings
-from harbor_openenv.launch import free_port
+from harbor_openenv.launch import free_port, stop_process
 from harbor_openenv.record import (
     MAX_EPISODE_CHARS,
     MAX_LONG_TEXT_CHARS,
@@ -485,11 +485,7 @@ def test_harbor_view_shows_each_episode_and_its_reward(tmp_path) -> None:
         assert re.search(r"#1 create .*? 1\.00 #2 fill .*? 0\.50", trial), trial
         assert "Step one: create a.txt" in trial and "touch a.txt" in trial
     finally:
-        view.terminate()
-        try:
-            view.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            view.kill()
+        stop_process(view, timeout=20)
         log.close()
     print(f"screenshot: {screenshot}")
     assert screenshot.stat().st_size > 10_000

@@ -24,7 +24,7 @@ import pytest
 from conftest import FIXTURE_TASKS, Server, runtime_containers, wait_until
 
 from harbor_openenv.dataset import Dataset
-from harbor_openenv.launch import free_port
+from harbor_openenv.launch import free_port, stop_process
 from harbor_openenv.registry import (
     LOCK_NAME,
     LockedImage,
@@ -78,12 +78,7 @@ def registry(tmp_path_factory) -> Iterator[str]:
             pytest.fail(f"the registry did not start:\n{(folder / 'registry.log').read_text()}")
         yield f"127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=10)
         log.close()
 
 

@@ -39,6 +39,19 @@ def free_port() -> int:
         return port
 
 
+def stop_process(
+    process: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 60
+) -> None:
+    """Send ``sig`` to a running ``process`` and wait for it; kill it after ``timeout`` s."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class Server:
     """``uvicorn --factory harbor_openenv.app:build_app`` on a free port, started and healthy.
 
@@ -113,13 +126,7 @@ class Server:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
         """Send ``sig`` (SIGTERM: the server removes its containers) and wait; kill after
         ``timeout`` seconds. Stopping a stopped server does nothing."""
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, sig, timeout)
         if self._reader is not None:
             self._reader.join(timeout=5)  # the pipe ends with the process
             if not self._reader.is_alive() and self.process.stdout is not None:
