@@ -7,4 +7,7 @@ set -euo pipefail
 if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
   bash "$(dirname "$0")/debian-package.sh" haproxy
 fi
-/usr/sbin/haproxy -v | head -n 1
+# The first line only, without a pipe to head: under pipefail, head closing early kills haproxy
+# with SIGPIPE and the whole run with 141.
+version=$(/usr/sbin/haproxy -v)
+echo "${version%%$'\n'*}"
