@@ -5,6 +5,10 @@ A backend (:mod:`.docker`, :mod:`.compose`, :mod:`.memory`) implements ``name``,
 calls :meth:`Sandbox.prepare` once its environment runs. Everything an episode does besides (its
 commands, the agent's confined file actions, the engine reads, the helper's stop and the process
 baseline) is written once here, on those primitives alone.
+
+A backend may also offer an exec channel (:mod:`.channel`) by overriding :meth:`open_channel`:
+Docker and compose do, the memory backend does not. The agent's own actions (``channel=True``)
+go through it while it works; everything else, and every action once it failed, uses :meth:`run`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from typing import IO, Protocol
 
 from .. import helper
 from . import archives
+from .channel import Channel, ChannelSlot
 from .errors import PathEscapeError, SandboxError, TooLargeError
+from .result import ExecResult
 
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
@@ -32,14 +38,6 @@ TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to 
 # "stage" (empty it for tests to be uploaded) or "keep" (the image brings them).
 VerifierDirs = tuple[str, str, str, str]
 _HELPER_TRIES = 20
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    exit_code: int | None  # None: it timed out
-    output: str  # standard output and error, interleaved
-    truncated: bool = False
-    timed_out: bool = False
 
 
 class Healthcheck(Protocol):
@@ -105,6 +103,7 @@ class Sandbox(ABC):
         self.exceeded: str | None = None  # why the disk guard ended the episode, if it did
         self._real_workdir = "/"  # resolved once by prepare, before the agent can move things
         self._baseline = ""  # processes that ran before the agent did (see mark_baseline)
+        self.channel = ChannelSlot(self.open_channel)
 
     # -- the primitives every backend implements -----------------------------------------------
 
@@ -153,7 +152,40 @@ class Sandbox(ABC):
     def disk_usage(self) -> int:
         """Bytes the agent's writes take (apparent sizes), for the disk guard."""
 
+    def open_channel(self, user: str) -> Channel | None:
+        """A new exec channel running as ``user`` (:mod:`.channel`); None: this backend has none.
+        Raises :class:`SandboxError` when it cannot start."""
+        return None
+
     # -- commands ------------------------------------------------------------------------------
+
+    def _run_for(
+        self,
+        channel: bool,
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        max_output: int,
+        user: str,
+        env: Mapping[str, str],
+        workdir: str,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """:meth:`run`, through the exec channel first when ``channel`` (an agent's action)."""
+        run = self.channel.run if channel else None
+        for attempt in (run, self.run):
+            result = attempt and attempt(
+                argv,
+                user=user,
+                timeout_s=timeout_s,
+                max_output=max_output,
+                env=env,
+                workdir=workdir,
+                stdin=stdin,
+            )
+            if result is not None:
+                return result
+        raise AssertionError("the engine's run answers")
 
     def prepare(self, workdir: str | None) -> None:
         """Make ``/logs``'s folders, resolve the working directory (None: the image's) and record
@@ -176,11 +208,13 @@ class Sandbox(ABC):
         env: dict[str, str] | None = None,
         workdir: str | None = None,
         args: tuple[str, ...] = (),
+        channel: bool = False,
     ) -> ExecResult:
         """Run ``bash -c command`` (``args`` as its $1...); on timeout every process it started
-        is killed."""
+        is killed. ``channel``: the agent's own command, which may use the exec channel."""
         mark = uuid.uuid4().hex
-        result = self.run(
+        result = self._run_for(
+            channel,
             ["bash", "-c", command, *(("bash", *args) if args else ())],
             timeout_s=timeout_s,
             max_output=max_output,
@@ -189,8 +223,21 @@ class Sandbox(ABC):
             workdir=workdir or self.workdir,
         )
         if result.timed_out:
-            self.exec_root(load_script("kill-marked"), f"{EXEC_MARK}={mark}")
+            self._kill_marked(f"{EXEC_MARK}={mark}", user or "")
         return result
+
+    def _kill_marked(self, mark: str, user: str) -> None:
+        """Kill what a timed-out command left, by its mark: as root, then as the command's user
+        (root without CAP_SYS_PTRACE cannot read another user's ``/proc/PID/environ``)."""
+        for who in ("root", user) if user not in ("root", "0") else ("root",):
+            self.run(
+                ["sh", "-c", load_script("kill-marked"), "sh", mark],
+                timeout_s=60,
+                max_output=1 << 16,
+                user=who,
+                env={},
+                workdir="/",
+            )
 
     def healthcheck(self, check: Healthcheck, *, user: str | None, where: str) -> None:
         """Run ``check.command`` until it passes, with Docker HEALTHCHECK's retries, as Harbor
@@ -231,10 +278,12 @@ class Sandbox(ABC):
         """Kill every process but the baseline's, whatever its name, user or state, with the
         runtime's static helper (never the container's programs); then, with ``prepare``, empty
         the verifier's output folder for its user alone and the tests folder, in the same exec.
+        The exec channel is closed first: the helper kills it with the rest.
 
         The helper needs one free process slot: a container held at its pids limit is retried
         briefly, then reported as the agent's resource use.
         """
+        self.channel.close()
         command = [helper.HELPER, "stop", self._baseline]
         if prepare is not None:
             command += ["prepare", *prepare]
@@ -262,7 +311,9 @@ class Sandbox(ABC):
 
     def mark_baseline(self) -> None:
         """Count every process running now as the environment's: :meth:`stop_processes` keeps
-        them. Called once an episode's environment is ready, before the agent's first action."""
+        them. Called once an episode's environment is ready, before the agent's first action
+        (the exec channel, opened by that action, is never in the baseline)."""
+        self.channel.close()
         result = self._run_helper([helper.HELPER, "list"])
         if result.exit_code != 0:
             raise SandboxError(f"cannot list processes: {result.output.strip()}")
@@ -274,11 +325,13 @@ class Sandbox(ABC):
 
     # -- the agent's files ---------------------------------------------------------------------
 
-    def confine(self, path: str, *, user: str | None = None) -> str:
+    def confine(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
         """Resolve an agent path inside the sandbox as ``user`` (None: the sandbox's own),
-        symlinks included, refusing escapes."""
+        symlinks included, refusing escapes. ``channel`` here and in the file actions below: the
+        agent's own action, which may use the exec channel."""
         lexical = resolve_within(self.workdir, path)
-        result = self.run(
+        result = self._run_for(
+            channel,
             ["sh", "-c", load_script("realpath"), "sh", lexical],
             timeout_s=60,
             max_output=1 << 16,
@@ -294,26 +347,28 @@ class Sandbox(ABC):
         return real
 
     def read_file(
-        self, path: str, *, max_bytes: int, user: str | None = None
+        self, path: str, *, max_bytes: int, user: str | None = None, channel: bool = False
     ) -> tuple[bytes, bool]:
         """The bytes of the regular file at ``path`` (at most ``max_bytes``), and whether cut."""
         limit = max_bytes + 1
         result = self._file_action(
-            "read", path, str(limit), user=user, max_output=limit * 3 // 2 + 1024
+            "read", path, str(limit), user=user, max_output=limit * 3 // 2 + 1024, channel=channel
         )
         if result.truncated:
             raise SandboxError(f"{path}: reading it failed (its encoded copy was cut)")
         data = base64.b64decode(result.output)
         return data[:max_bytes], len(data) > max_bytes
 
-    def write_file(self, path: str, data: bytes, *, user: str | None = None) -> None:
+    def write_file(
+        self, path: str, data: bytes, *, user: str | None = None, channel: bool = False
+    ) -> None:
         """Write ``data`` to ``path`` as ``user``, creating parent folders inside the working
         directory; an existing file keeps its mode, owner and group."""
-        self._file_action("write", path, user=user, stdin=data)
+        self._file_action("write", path, user=user, stdin=data, channel=channel)
 
-    def list_dir(self, path: str, *, user: str | None = None) -> str:
+    def list_dir(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
         """``ls -la`` of the folder at ``path`` (of the entry itself when not a folder)."""
-        return self._file_action("list", path, user=user).output
+        return self._file_action("list", path, user=user, channel=channel).output
 
     def _file_action(
         self,
@@ -323,12 +378,14 @@ class Sandbox(ABC):
         user: str | None,
         max_output: int = 1 << 20,
         stdin: bytes | None = None,
+        channel: bool = False,
     ) -> ExecResult:
         """Run ``scripts/file-action.sh`` as ``user`` on a path :meth:`confine` returned; errors
         name ``path``."""
         root = self._real_workdir
         folder, name = (path, ".") if path == root else posixpath.split(path)
-        result = self.run(
+        result = self._run_for(
+            channel,
             ["sh", "-c", load_script("file-action"), "sh", root, folder, op, name, *args],
             timeout_s=60,
             max_output=max_output,
