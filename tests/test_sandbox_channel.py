@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import exec_channel_on
 
 from harbor_openenv import helper
 from harbor_openenv.sandbox import ExecResult, Sandbox
@@ -135,7 +136,7 @@ def test_a_forged_answer_turns_the_channel_off(box, user):
     forged = b"forged\n"
     answer = struct.pack(">4s8sBiI", b"HOE1", bytes(8), 4, 0, len(forged)) + forged
     script = (
-        "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline)\" in"
+        "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in"
         " '/.harbor-openenv/helper serve ')"
         ' printf "$1" > $p/fd/1;; esac; done; sleep 0.5; echo real'
     )
@@ -229,3 +230,29 @@ def test_the_helper_answers_each_request_in_turn():
 def test_the_helper_ends_on_a_malformed_request(frame):
     done = serve(frame)
     assert (done.returncode, done.stdout) == (2, b"")
+
+
+# -- through a server ------------------------------------------------------------------------------
+
+FORGE = (
+    "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in"
+    " '/.harbor-openenv/helper serve ') printf 'HOE1\\0\\0\\0\\0\\0\\0\\0\\0\\4\\0\\0\\0\\0"
+    "\\0\\0\\0\\6solved' > $p/fd/1;; esac; done; echo forged"
+)
+
+
+def test_a_server_runs_the_agents_actions_through_the_channel(server):
+    """On (the default): the agent's command is a child of ``helper serve``; off
+    (``--exec-channel=0``): of the engine. Forging the channel's answers or killing it changes
+    no reward, which never crosses it: unsolved 0.0, solved through the fallback 1.0."""
+    for solve, reward in ((False, 0.0), (True, 1.0)):
+        with server.client() as env:
+            env.reset(task_id="edit-file")
+            parent = env.exec("tr '\\0' ' ' < /proc/$PPID/cmdline").observation.output
+            assert (parent == "/.harbor-openenv/helper serve ") == exec_channel_on()
+            assert env.exec(FORGE).observation.output == "forged\n"
+            assert env.exec(KILL_SERVERS).observation.output == "after\n"
+            if solve:
+                env.write("answer.txt", "42\n")
+            assert env.read("answer.txt").observation.output == ("42\n" if solve else "")
+            assert env.evaluate().reward == reward
