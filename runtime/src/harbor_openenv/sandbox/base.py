@@ -3,8 +3,8 @@
 A backend (:mod:`.docker`, :mod:`.compose`, :mod:`.memory`) implements ``name``, :meth:`run`,
 :meth:`upload`, :meth:`download`, :meth:`is_running`, :meth:`remove` and :meth:`disk_usage`, and
 calls :meth:`Sandbox.prepare` once its environment runs. Everything an episode does besides (its
-commands, the agent's confined file actions, the engine reads, the helper's stop and the process
-baseline) is written once here, on those primitives alone.
+commands, the agent's confined file actions (inherited from :mod:`.files`), the engine reads, the
+helper's stop and the process baseline) is written once here, on those primitives alone.
 
 A backend may also offer an exec channel (:mod:`.channel`) by overriding :meth:`open_channel`:
 Docker and compose do, the memory backend does not. The agent's own actions (``channel=True``)
@@ -13,23 +13,21 @@ go through it while it works; everything else, and every action once it failed, 
 
 from __future__ import annotations
 
-import base64
-import functools
 import posixpath
 import time
 import uuid
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import IO, Protocol
 
 from .. import helper
 from . import archives
 from .channel import Channel, ChannelSlot
-from .errors import PathEscapeError, SandboxError, TooLargeError
+from .errors import SandboxError, TooLargeError
+from .files import AgentFiles, load_script
 from .result import ExecResult
 
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
@@ -66,31 +64,7 @@ class Archive:
     stream: IO[bytes]
 
 
-def resolve_within(workdir: str, path: str) -> str:
-    """``path`` (relative to ``workdir`` or absolute) normalised, if it stays inside ``workdir``.
-
-    Lexical only; :meth:`Sandbox.confine` also resolves symlinks inside the sandbox.
-    """
-    if not path or "\x00" in path:
-        raise PathEscapeError(f"invalid path {path!r}")
-    root = posixpath.normpath(workdir)
-    joined = posixpath.normpath(posixpath.join(root, path))
-    if not inside(root, joined):
-        raise PathEscapeError(f"{path!r} is outside the working directory {root}")
-    return joined
-
-
-def inside(root: str, path: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-@functools.cache
-def load_script(name: str) -> str:
-    """The in-container shell script ``scripts/<name>.sh`` (POSIX sh, run with ``sh -c``)."""
-    return (resources.files(__package__) / "scripts" / f"{name}.sh").read_text(encoding="utf-8")
-
-
-class Sandbox(ABC):
+class Sandbox(AgentFiles):
     """One episode's task environment: the abstract primitives, then the shared behaviour.
 
     Longer than the project's ~250 lines per class on purpose: it is every backend's shared
@@ -172,20 +146,27 @@ class Sandbox(ABC):
         stdin: bytes | None = None,
     ) -> ExecResult:
         """:meth:`run`, through the exec channel first when ``channel`` (an agent's action)."""
-        run = self.channel.run if channel else None
-        for attempt in (run, self.run):
-            result = attempt and attempt(
+        if channel:
+            answer = self.channel.run(
                 argv,
-                user=user,
                 timeout_s=timeout_s,
                 max_output=max_output,
+                user=user,
                 env=env,
                 workdir=workdir,
                 stdin=stdin,
             )
-            if result is not None:
-                return result
-        raise AssertionError("the engine's run answers")
+            if answer is not None:
+                return answer
+        return self.run(
+            argv,
+            timeout_s=timeout_s,
+            max_output=max_output,
+            user=user,
+            env=env,
+            workdir=workdir,
+            stdin=stdin,
+        )
 
     def prepare(self, workdir: str | None) -> None:
         """Make ``/logs``'s folders, resolve the working directory (None: the image's) and record
@@ -322,89 +303,6 @@ class Sandbox(ABC):
     def _run_helper(self, argv: list[str]) -> ExecResult:
         """Run the runtime's helper as root, directly (no shell of the container's)."""
         return self.run(argv, timeout_s=60, max_output=1 << 20, user="root", env={}, workdir="/")
-
-    # -- the agent's files ---------------------------------------------------------------------
-
-    def confine(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
-        """Resolve an agent path inside the sandbox as ``user`` (None: the sandbox's own),
-        symlinks included, refusing escapes. ``channel`` here and in the file actions below: the
-        agent's own action, which may use the exec channel."""
-        lexical = resolve_within(self.workdir, path)
-        result = self._run_for(
-            channel,
-            ["sh", "-c", load_script("realpath"), "sh", lexical],
-            timeout_s=60,
-            max_output=1 << 16,
-            user=user or "",
-            env={},
-            workdir="/",
-        )
-        if result.exit_code != 0:
-            raise SandboxError(f"cannot resolve {path!r}: {result.output.strip()}")
-        real = posixpath.normpath(result.output.strip())
-        if not inside(self._real_workdir, real):
-            raise PathEscapeError(f"{path!r} resolves to {real}, outside the working directory")
-        return real
-
-    def read_file(
-        self, path: str, *, max_bytes: int, user: str | None = None, channel: bool = False
-    ) -> tuple[bytes, bool]:
-        """The bytes of the regular file at ``path`` (at most ``max_bytes``), and whether cut."""
-        limit = max_bytes + 1
-        result = self._file_action(
-            "read", path, str(limit), user=user, max_output=limit * 3 // 2 + 1024, channel=channel
-        )
-        if result.truncated:
-            raise SandboxError(f"{path}: reading it failed (its encoded copy was cut)")
-        data = base64.b64decode(result.output)
-        return data[:max_bytes], len(data) > max_bytes
-
-    def write_file(
-        self, path: str, data: bytes, *, user: str | None = None, channel: bool = False
-    ) -> None:
-        """Write ``data`` to ``path`` as ``user``, creating parent folders inside the working
-        directory; an existing file keeps its mode, owner and group."""
-        self._file_action("write", path, user=user, stdin=data, channel=channel)
-
-    def list_dir(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
-        """``ls -la`` of the folder at ``path`` (of the entry itself when not a folder)."""
-        return self._file_action("list", path, user=user, channel=channel).output
-
-    def _file_action(
-        self,
-        op: str,
-        path: str,
-        *args: str,
-        user: str | None,
-        max_output: int = 1 << 20,
-        stdin: bytes | None = None,
-        channel: bool = False,
-    ) -> ExecResult:
-        """Run ``scripts/file-action.sh`` as ``user`` on a path :meth:`confine` returned; errors
-        name ``path``."""
-        root = self._real_workdir
-        folder, name = (path, ".") if path == root else posixpath.split(path)
-        result = self._run_for(
-            channel,
-            ["sh", "-c", load_script("file-action"), "sh", root, folder, op, name, *args],
-            timeout_s=60,
-            max_output=max_output,
-            user=user or "",
-            env={},
-            workdir="/",
-            stdin=stdin,
-        )
-        if result.exit_code == 0:
-            return result
-        if result.exit_code == 3:
-            raise PathEscapeError(f"{path} was moved outside the working directory {root}")
-        problem = {
-            None: f"{op} timed out",
-            4: "no such file or folder" if op != "write" else "cannot create its folder",
-            5: "is a directory",
-            6: "not a regular file",
-        }.get(result.exit_code)
-        raise SandboxError(f"{path}: {problem or result.output.strip() or op + ' failed'}")
 
     # -- the orchestrator's files, through the engine ------------------------------------------
 

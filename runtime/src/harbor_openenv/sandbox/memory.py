@@ -17,8 +17,9 @@ import tarfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO
 
-from .base import Archive, Sandbox, inside, resolve_within
+from .base import Archive, Sandbox
 from .errors import PathEscapeError, SandboxError
+from .files import inside, resolve_within
 from .result import ExecResult
 
 # (command, user, env, workdir) -> its result. ``command`` is the script of ``sh -c`` or
