@@ -172,6 +172,11 @@ def test_the_memory_backend_has_no_channel():
     assert box.channel.failed == "this backend has no channel"
 
 
+def test_a_timeout_past_the_frames_field_is_capped_at_49_days():
+    frame = request(["true"], timeout_s=1e12, max_output=1, env={}, workdir="/", stdin=None)
+    assert struct.unpack_from(">I", frame, 12)[0] == 0xFFFFFFFF
+
+
 def test_what_cannot_cross_the_channel_takes_the_engine():
     with pytest.raises(ChannelBusy):
         request(["a\x00b"], timeout_s=1, max_output=1, env={}, workdir="/", stdin=None)

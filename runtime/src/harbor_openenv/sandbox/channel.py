@@ -76,7 +76,7 @@ def request(
     if max_output > MAX_OUTPUT:
         raise ChannelBusy(f"an output cap over {MAX_OUTPUT} bytes")
     head = nonce + struct.pack(
-        ">IIII", max(0, round(timeout_s * 1000)), max_output, len(argv), len(env)
+        ">IIII", min(max(0, round(timeout_s * 1000)), 0xFFFFFFFF), max_output, len(argv), len(env)
     )
     body = b"".join([head, *(struct.pack(">I", len(item)) + item for item in encoded)])
     body += stdin or b""
