@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -287,6 +288,9 @@ static int prepare(const char *user, const char *verifier_dir, const char *tests
 #define MAX_OUTPUT (64u << 20)
 #define MAX_STRINGS 65536
 #define EXIT_GRACE_MS 2000 /* after the command exits, how long its output may stay open */
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434 /* the same number on every architecture */
+#endif
 
 static long long now_ms(void) {
     struct timespec ts;
@@ -426,6 +430,7 @@ static int serve_one(const struct request *req) {
         goto answer;
     }
     fcntl(in[1], F_SETFL, O_NONBLOCK);
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* its exit as a poll event (Linux 5.3+) */
     long long deadline = now_ms() + req->timeout_ms, exited_at = -1;
     int in_fd = in[1], out_fd = pipe_out[0], done = 0, nap = 1;
     if (req->input_len == 0) close(in_fd), in_fd = -1;
@@ -435,14 +440,16 @@ static int serve_one(const struct request *req) {
         long long now = now_ms(), until = deadline;
         if (done && exited_at + EXIT_GRACE_MS < until) until = exited_at + EXIT_GRACE_MS;
         if (now >= until) break;
-        struct pollfd fds[2] = {{out_fd, POLLIN, 0}, {in_fd, POLLOUT, 0}};
+        struct pollfd fds[3] = {
+            {out_fd, POLLIN, 0}, {in_fd, POLLOUT, 0}, {done ? -1 : pidfd, POLLIN, 0}};
         long long wait = until - now;
-        if (!done && out_fd >= 0 && wait > 50) wait = 50; /* waitpid's next look */
-        if (!done && out_fd < 0) {                      /* output closed: wait for the exit */
+        if (wait > 60000) wait = 60000;
+        if (!done && pidfd < 0 && out_fd >= 0 && wait > 50) wait = 50; /* waitpid's next look */
+        if (!done && pidfd < 0 && out_fd < 0) { /* output closed: wait for the exit */
             wait = wait < nap ? wait : nap;
             nap = nap < 32 ? nap * 2 : 50;
         }
-        if (poll(fds, 2, (int)wait) < 0 && errno != EINTR) break;
+        if (poll(fds, 3, (int)wait) < 0 && errno != EINTR) break;
         if (fds[1].revents & (POLLOUT | POLLERR | POLLHUP)) {
             ssize_t w = write(in_fd, req->input + sent, req->input_len - sent);
             if (w > 0) sent += (size_t)w;
@@ -463,6 +470,7 @@ static int serve_one(const struct request *req) {
     }
     if (in_fd >= 0) close(in_fd);
     if (out_fd >= 0) close(out_fd);
+    if (pidfd >= 0) close(pidfd);
     if (!done) {
         kill(-pid, SIGKILL);
         kill(pid, SIGKILL);
