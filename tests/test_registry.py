@@ -1,30 +1,25 @@
 """Task images in a registry: ``harbor-openenv images push`` and a server serving ``images.lock``.
 
-A real registry (Debian's ``docker-registry``, installed by .ci/registry.sh) runs on 127.0.0.1 for
-the module, with its own config, no auth and a temporary storage folder; the Docker engine pushes
-to and pulls from it (loopback registries need no TLS). The images these tests build carry a
-nonce label and are removed after.
+A real registry (tests/_registry.py: Debian's ``docker-registry``) runs on 127.0.0.1 for the
+module, with its own config, no auth and a temporary storage folder; the Docker engine pushes to
+and pulls from it (loopback registries need no TLS). The images these tests build carry a nonce
+label and are removed after.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import docker.errors
-import httpx
 import pytest
+from _registry import RegistryError, env_repo, remove_ours, run_cli, serve_registry
 from conftest import FIXTURE_TASKS, Server, runtime_containers, wait_until
 
 from harbor_openenv.dataset import Dataset
-from harbor_openenv.launch import free_port, stop_process
+from harbor_openenv.launch import free_port
 from harbor_openenv.registry import (
     LOCK_NAME,
     LockedImage,
@@ -35,79 +30,17 @@ from harbor_openenv.registry import (
     write_lock,
 )
 
-CLI = [sys.executable, "-m", "harbor_openenv.cli"]
-NONCE = f"harbor-openenv.test-registry={uuid.uuid4().hex}"
-REGISTRY_BIN = "/usr/bin/docker-registry"
 DIGEST_REF = r"task@sha256:[0-9a-f]{64}"
-
-
-def run_cli(*args: object, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory) -> Iterator[str]:
     """``HOST:PORT`` of a registry served for this module, stopped after."""
-    if not Path(REGISTRY_BIN).is_file():
-        pytest.fail(f"{REGISTRY_BIN} is missing: run .ci/registry.sh (Debian's docker-registry)")
-    folder = tmp_path_factory.mktemp("registry")
-    port = free_port()
-    config = folder / "config.yml"
-    config.write_text(
-        "version: 0.1\n"
-        "log:\n  level: warn\n"
-        f"storage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
-        "  delete:\n    enabled: true\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n"
-    )
-    log = (folder / "registry.log").open("w")
-    process = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=log)
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/v2/", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        if not wait_until(up, timeout=30):
-            pytest.fail(f"the registry did not start:\n{(folder / 'registry.log').read_text()}")
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop_process(process, timeout=10)
-        log.close()
-
-
-def remove_ours(client) -> None:
-    """Every image these tests built (their nonce label), whatever tags it has. Its untagged
-    parents stay (noprune): they are the fixture Dockerfile's build cache, which other tests'
-    builds on the same engine may be using at that moment. Tried again for a while: just after a
-    failed push the engine may refuse to delete the image (it only untags it)."""
-    label, value = NONCE.split("=")
-
-    def gone() -> bool:
-        ours = client.images.list(all=True, filters={"label": f"{label}={value}"})
-        for image in ours:
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                client.images.remove(image.id, force=True, noprune=True)
-        return not ours
-
-    wait_until(gone, timeout=30, interval=1)
-
-
-def env_repo(tmp_path: Path, *names: str, nonce: bool = True) -> Path:
-    """An environment repo folder with tasks/ holding copies of edit-file named ``names``."""
-    repo = tmp_path / "env"
-    for name in names:
-        shutil.copytree(FIXTURE_TASKS / "edit-file", repo / "tasks" / name)
-        if nonce:
-            with (repo / "tasks" / name / "environment" / "Dockerfile").open("a") as handle:
-                handle.write(f"LABEL {NONCE}\n")
-    return repo
+        with serve_registry(tmp_path_factory.mktemp("registry")) as address:
+            yield address
+    except RegistryError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.mark.docker
