@@ -84,9 +84,9 @@ def test_two_replicas_behind_haproxy_serve_sessions_and_drain(docker_client, tmp
 
 def test_a_replica_killed_with_9_fails_only_its_sessions(docker_client, tmp_path):
     """kill -9 of the replica holding one of two sessions: that session's next action gets a
-    clear error (the episode is lost), the other replica's session scores 1.0, a retry through HAProxy lands on the
-    live replica and scores 1.0, and a replica started again on the same engine removes the dead
-    one's container."""
+    clear error (the episode is lost), the other replica's session scores 1.0, a retry through
+    HAProxy lands on the live replica and scores 1.0, and a replica started again on the same
+    engine removes the dead one's container."""
     replicas: list[Server] = []
     balancer: HAProxy | None = None
     restarted: Server | None = None
