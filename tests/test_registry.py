@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import uuid
 from collections.abc import Iterator
 
 import docker.errors
 import pytest
-from _registry import RegistryError, env_repo, remove_ours, run_cli, serve_registry
-from conftest import FIXTURE_TASKS, Server, runtime_containers, wait_until
+from _registry import NONCE, RegistryError, env_repo, remove_ours, run_cli, serve_registry
+from conftest import FIXTURE_TASKS, ROOT, Server, runtime_containers, wait_until
 
 from harbor_openenv.dataset import Dataset
+from harbor_openenv.image import verifier_source
 from harbor_openenv.launch import free_port
 from harbor_openenv.registry import (
     LOCK_NAME,
@@ -31,6 +33,7 @@ from harbor_openenv.registry import (
 )
 
 DIGEST_REF = r"task@sha256:[0-9a-f]{64}"
+FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +127,58 @@ def test_push_locks_digests_and_a_server_pulls_them_instead_of_building(
 
 
 @pytest.mark.docker
+def test_a_separate_verifiers_image_is_pushed_locked_and_pulled_too(
+    docker_client, registry, tmp_path
+):
+    """A task whose verifier builds its own image (tests/Dockerfile): both images are pushed and
+    pinned, and a server with neither image on its engine pulls both by digest, builds nothing,
+    and the verifier still runs in its own image (metric own_image) on the agent's artifacts."""
+    repo = tmp_path / "env"
+    shutil.copytree(FORMAT_TASKS / "separate-verifier", repo / "tasks" / "separate-verifier")
+    task_dir = repo / "tasks" / "separate-verifier"
+    for dockerfile in (task_dir / "environment" / "Dockerfile", task_dir / "tests" / "Dockerfile"):
+        with dockerfile.open("a") as handle:
+            handle.write(f"LABEL {NONCE}\n")
+    prefix = f"{registry}/test/sep-{uuid.uuid4().hex[:8]}"
+    try:
+        result = run_cli("images", "push", repo, "--registry", prefix)
+        assert result.returncode == 0, result
+        assert "2 image(s) for 1 task(s)" in result.stderr
+        (entry,) = read_lock(repo / LOCK_NAME).values()
+        task = Dataset(repo / "tasks")["separate-verifier"]
+        verifier = verifier_source(task, None)
+        assert verifier is not None and list(entry.verifiers) == [verifier]
+        pinned = entry.verifiers[verifier]
+        assert re.fullmatch(rf"{re.escape(prefix)}/{DIGEST_REF}", pinned) and pinned != entry.image
+
+        remove_ours(docker_client)  # both built images, every tag: reset must pull
+        for ref in (entry.source, verifier, entry.image, pinned):
+            with pytest.raises(docker.errors.ImageNotFound):
+                docker_client.images.get(ref)
+        with Server(repo / "tasks") as server:
+            with server.client() as env:
+                assert env.reset(task_id="separate-verifier").observation.error is None
+                assert env.solve().observation.exit_code == 0
+                graded = env.evaluate()
+                assert graded.reward == 1.0, graded
+                assert graded.observation.info["metrics"]["own_image"] == 1.0
+            for ref in (entry.image, pinned):
+                assert f"image pull task=separate-verifier image={ref}" in server.output
+            assert "image build" not in server.output, server.output
+
+        # `images` ahead of serving follows the lock for the verifier's image too.
+        for ref in (entry.image, pinned):
+            docker_client.images.remove(ref, force=True, noprune=True)
+        ahead = run_cli("images", repo)
+        assert ahead.returncode == 0, ahead
+        for ref in (entry.image, pinned):
+            assert f"image pull task=separate-verifier image={ref}" in ahead.stderr
+        assert "image build" not in ahead.stderr, ahead.stderr
+    finally:
+        remove_ours(docker_client)
+
+
+@pytest.mark.docker
 def test_a_failed_push_fails_the_command_and_writes_no_lock(docker_client, tmp_path):
     repo = env_repo(tmp_path, "edit-file")
     nowhere = f"127.0.0.1:{free_port()}/test"  # nothing listens there
@@ -194,6 +249,23 @@ def test_lock_files_are_checked(tmp_path):
         (
             '{"version": 1, "tasks": {"a": {"image": "r/task:latest", "source": "s"}}}',
             "not a digest reference",
+        ),
+        (
+            json.dumps(
+                {"version": 1, "tasks": {"a": {"image": ref, "source": "s", "verifiers": []}}}
+            ),
+            "'verifiers' maps image names to strings",
+        ),
+        (
+            json.dumps(
+                {
+                    "version": 1,
+                    "tasks": {
+                        "a": {"image": ref, "source": "s", "verifiers": {"v:1": "r/task:latest"}}
+                    },
+                }
+            ),
+            "'r/task:latest' is not a digest reference",
         ),
     ):
         lock.write_text(text)
