@@ -19,7 +19,7 @@ the balancer), HAProxy. Then:
 
 Run with ``-s`` for the figures. The engines' folders are fresh temp folders, removed after, so
 every run pushes and pulls the whole image (the 292 MB stand-in base included) over loopback:
-about 8 s for a first reset in bench/scale_out.py, part of the file's 74-134 s on this machine.
+about 8 s for a first reset in bench/scale_out.py, part of the file's 51-134 s on this machine.
 """
 
 from __future__ import annotations
