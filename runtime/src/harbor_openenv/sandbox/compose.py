@@ -29,7 +29,7 @@ from typing import IO, Any
 import docker
 
 from .. import helper
-from .base import Archive, ExecResult, Sandbox
+from .base import KEEPER, Archive, ExecResult, Sandbox
 from .docker import DockerSandbox
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK, make_scratch
@@ -179,7 +179,7 @@ class ComposeSandbox(Sandbox):
         scratch = make_scratch(owner)
         main: dict[str, Any] = {
             "image": image,
-            "command": ["sh", "-c", "sleep infinity"],
+            "command": list(KEEPER),
             "volumes": [
                 {
                     "type": "volume",

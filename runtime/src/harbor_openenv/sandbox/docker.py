@@ -27,7 +27,7 @@ import requests
 from docker.models.containers import Container
 
 from .. import helper
-from .base import Archive, ExecResult, Sandbox
+from .base import KEEPER, Archive, ExecResult, Sandbox
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK
 
@@ -94,7 +94,7 @@ class DockerSandbox(Sandbox):
         run = functools.partial(
             client.containers.run,
             image,
-            ["sh", "-c", "sleep infinity"],
+            list(KEEPER),
             detach=True,
             labels={
                 LABEL: "1",
