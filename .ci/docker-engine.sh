@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Make a Docker engine reachable: install Debian's docker.io if needed and start dockerd as root.
 #
-# The daemon runs without its bridge, iptables rules, forwarding or masquerading, so no
-# private-range network exists and nothing is routed off the machine: containers use network
-# "none", or "host" for a server the tests talk to on 127.0.0.1.
+# The daemon runs with .ci/daemon.json: without its bridge, iptables rules, forwarding or
+# masquerading, so no private-range network exists and nothing is routed off the machine:
+# containers use network "none", or "host" for a server the tests talk to on 127.0.0.1. The extra
+# engines of tests/test_scale_out.py (tests/_engines.py) run with the same file.
 set -euo pipefail
 
 if docker info >/dev/null 2>&1; then
@@ -19,7 +20,7 @@ if ! command -v dockerd >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
 fi
 mkdir -p /etc/docker
-echo '{"bridge":"none","iptables":false,"ip-forward":false,"ip-masq":false}' >/etc/docker/daemon.json
+cp "$(dirname "$0")/daemon.json" /etc/docker/daemon.json
 log=/var/log/harbor-openenv-dockerd.log
 nohup dockerd >"$log" 2>&1 &
 for _ in $(seq 1 60); do

@@ -149,7 +149,8 @@ def test_evaluate_grades_and_ends_the_episode(env, runtime, solve, reward):
 
 def test_no_episode_before_reset(env):
     obs = act(env, "exec", command="true")
-    assert obs.error == "no episode is running: call reset first" and not obs.done
+    assert obs.error.startswith("no episode is running in this session: call reset first (")
+    assert "reconnected" in obs.error and not obs.done
 
 
 def test_a_closed_session_never_acts_again(env, runtime):

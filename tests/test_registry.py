@@ -1,30 +1,27 @@
 """Task images in a registry: ``harbor-openenv images push`` and a server serving ``images.lock``.
 
-A real registry (Debian's ``docker-registry``, installed by .ci/registry.sh) runs on 127.0.0.1 for
-the module, with its own config, no auth and a temporary storage folder; the Docker engine pushes
-to and pulls from it (loopback registries need no TLS). The images these tests build carry a
-nonce label and are removed after.
+A real registry (tests/_registry.py: Debian's ``docker-registry``) runs on 127.0.0.1 for the
+module, with its own config, no auth and a temporary storage folder; the Docker engine pushes to
+and pulls from it (loopback registries need no TLS). The images these tests build carry a nonce
+label and are removed after.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import docker.errors
-import httpx
 import pytest
-from conftest import FIXTURE_TASKS, Server, runtime_containers, wait_until
+from _registry import NONCE, RegistryError, env_repo, remove_ours, run_cli, serve_registry
+from conftest import FIXTURE_TASKS, ROOT, Server, runtime_containers, wait_until
 
 from harbor_openenv.dataset import Dataset
-from harbor_openenv.launch import free_port, stop_process
+from harbor_openenv.image import verifier_source
+from harbor_openenv.launch import free_port
 from harbor_openenv.registry import (
     LOCK_NAME,
     LockedImage,
@@ -35,79 +32,18 @@ from harbor_openenv.registry import (
     write_lock,
 )
 
-CLI = [sys.executable, "-m", "harbor_openenv.cli"]
-NONCE = f"harbor-openenv.test-registry={uuid.uuid4().hex}"
-REGISTRY_BIN = "/usr/bin/docker-registry"
 DIGEST_REF = r"task@sha256:[0-9a-f]{64}"
-
-
-def run_cli(*args: object, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
+FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory) -> Iterator[str]:
     """``HOST:PORT`` of a registry served for this module, stopped after."""
-    if not Path(REGISTRY_BIN).is_file():
-        pytest.fail(f"{REGISTRY_BIN} is missing: run .ci/registry.sh (Debian's docker-registry)")
-    folder = tmp_path_factory.mktemp("registry")
-    port = free_port()
-    config = folder / "config.yml"
-    config.write_text(
-        "version: 0.1\n"
-        "log:\n  level: warn\n"
-        f"storage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
-        "  delete:\n    enabled: true\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n"
-    )
-    log = (folder / "registry.log").open("w")
-    process = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=log)
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/v2/", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        if not wait_until(up, timeout=30):
-            pytest.fail(f"the registry did not start:\n{(folder / 'registry.log').read_text()}")
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop_process(process, timeout=10)
-        log.close()
-
-
-def remove_ours(client) -> None:
-    """Every image these tests built (their nonce label), whatever tags it has. Its untagged
-    parents stay (noprune): they are the fixture Dockerfile's build cache, which other tests'
-    builds on the same engine may be using at that moment. Tried again for a while: just after a
-    failed push the engine may refuse to delete the image (it only untags it)."""
-    label, value = NONCE.split("=")
-
-    def gone() -> bool:
-        ours = client.images.list(all=True, filters={"label": f"{label}={value}"})
-        for image in ours:
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                client.images.remove(image.id, force=True, noprune=True)
-        return not ours
-
-    wait_until(gone, timeout=30, interval=1)
-
-
-def env_repo(tmp_path: Path, *names: str, nonce: bool = True) -> Path:
-    """An environment repo folder with tasks/ holding copies of edit-file named ``names``."""
-    repo = tmp_path / "env"
-    for name in names:
-        shutil.copytree(FIXTURE_TASKS / "edit-file", repo / "tasks" / name)
-        if nonce:
-            with (repo / "tasks" / name / "environment" / "Dockerfile").open("a") as handle:
-                handle.write(f"LABEL {NONCE}\n")
-    return repo
+        with serve_registry(tmp_path_factory.mktemp("registry")) as address:
+            yield address
+    except RegistryError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.mark.docker
@@ -191,6 +127,58 @@ def test_push_locks_digests_and_a_server_pulls_them_instead_of_building(
 
 
 @pytest.mark.docker
+def test_a_separate_verifiers_image_is_pushed_locked_and_pulled_too(
+    docker_client, registry, tmp_path
+):
+    """A task whose verifier builds its own image (tests/Dockerfile): both images are pushed and
+    pinned, and a server with neither image on its engine pulls both by digest, builds nothing,
+    and the verifier still runs in its own image (metric own_image) on the agent's artifacts."""
+    repo = tmp_path / "env"
+    shutil.copytree(FORMAT_TASKS / "separate-verifier", repo / "tasks" / "separate-verifier")
+    task_dir = repo / "tasks" / "separate-verifier"
+    for dockerfile in (task_dir / "environment" / "Dockerfile", task_dir / "tests" / "Dockerfile"):
+        with dockerfile.open("a") as handle:
+            handle.write(f"LABEL {NONCE}\n")
+    prefix = f"{registry}/test/sep-{uuid.uuid4().hex[:8]}"
+    try:
+        result = run_cli("images", "push", repo, "--registry", prefix)
+        assert result.returncode == 0, result
+        assert "2 image(s) for 1 task(s)" in result.stderr
+        (entry,) = read_lock(repo / LOCK_NAME).values()
+        task = Dataset(repo / "tasks")["separate-verifier"]
+        verifier = verifier_source(task, None)
+        assert verifier is not None and list(entry.verifiers) == [verifier]
+        pinned = entry.verifiers[verifier]
+        assert re.fullmatch(rf"{re.escape(prefix)}/{DIGEST_REF}", pinned) and pinned != entry.image
+
+        remove_ours(docker_client)  # both built images, every tag: reset must pull
+        for ref in (entry.source, verifier, entry.image, pinned):
+            with pytest.raises(docker.errors.ImageNotFound):
+                docker_client.images.get(ref)
+        with Server(repo / "tasks") as server:
+            with server.client() as env:
+                assert env.reset(task_id="separate-verifier").observation.error is None
+                assert env.solve().observation.exit_code == 0
+                graded = env.evaluate()
+                assert graded.reward == 1.0, graded
+                assert graded.observation.info["metrics"]["own_image"] == 1.0
+            for ref in (entry.image, pinned):
+                assert f"image pull task=separate-verifier image={ref}" in server.output
+            assert "image build" not in server.output, server.output
+
+        # `images` ahead of serving follows the lock for the verifier's image too.
+        for ref in (entry.image, pinned):
+            docker_client.images.remove(ref, force=True, noprune=True)
+        ahead = run_cli("images", repo)
+        assert ahead.returncode == 0, ahead
+        for ref in (entry.image, pinned):
+            assert f"image pull task=separate-verifier image={ref}" in ahead.stderr
+        assert "image build" not in ahead.stderr, ahead.stderr
+    finally:
+        remove_ours(docker_client)
+
+
+@pytest.mark.docker
 def test_a_failed_push_fails_the_command_and_writes_no_lock(docker_client, tmp_path):
     repo = env_repo(tmp_path, "edit-file")
     nowhere = f"127.0.0.1:{free_port()}/test"  # nothing listens there
@@ -261,6 +249,23 @@ def test_lock_files_are_checked(tmp_path):
         (
             '{"version": 1, "tasks": {"a": {"image": "r/task:latest", "source": "s"}}}',
             "not a digest reference",
+        ),
+        (
+            json.dumps(
+                {"version": 1, "tasks": {"a": {"image": ref, "source": "s", "verifiers": []}}}
+            ),
+            "'verifiers' maps image names to strings",
+        ),
+        (
+            json.dumps(
+                {
+                    "version": 1,
+                    "tasks": {
+                        "a": {"image": ref, "source": "s", "verifiers": {"v:1": "r/task:latest"}}
+                    },
+                }
+            ),
+            "'r/task:latest' is not a digest reference",
         ),
     ):
         lock.write_text(text)

@@ -22,6 +22,16 @@ def fill(box: Sandbox, script: str) -> None:
     assert result.exit_code == 0, result.output
 
 
+def test_the_container_forks_nothing_after_it_starts(bare_sandbox):
+    """PID 1 is the sleep itself (``exec``), with no child started a moment later: the process
+    baseline read at start-up holds all that keeps the container alive, so the stop before
+    grading cannot kill it. (With ``sh -c "sleep infinity"`` the sleep was sh's child; under load
+    the baseline was read before it existed, the stop killed it, and sh and the container went
+    with it: evaluate answered "helper failed (exit code 137)" or "is not running".)"""
+    processes = bare_sandbox.container.top()["Processes"]
+    assert [row[-1] for row in processes] == ["sleep infinity"], processes
+
+
 def test_engine_reads_use_no_program_of_the_container(bare_sandbox):
     fill(bare_sandbox, "printf '1\\n' > reward.txt && seq 1 100000 > stdout.txt")
     # An agent with root replaced the programs an in-container read would use.

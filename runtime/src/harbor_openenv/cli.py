@@ -252,7 +252,7 @@ def cmd_images(args: argparse.Namespace) -> int:
 
         from . import engine
         from .events import configure_images
-        from .image import ImageError, ImageResolver, task_images
+        from .image import ImageError, ImageResolver, task_images, verifier_source, verifier_steps
         from .registry import (
             LOCK_NAME,
             LockedImage,
@@ -290,10 +290,11 @@ def cmd_images(args: argparse.Namespace) -> int:
                 problems.append(stale)
                 source = lock_source(task)
                 images = [(ref, make) for ref, make in images if ref != source]
-            elif pin is not None:
-                pinned.add(pin.image)
+            elif pin is not None:  # the task's image and its separate verifiers', pulled
+                locked = {pin.source: pin.image, **pin.verifiers}
+                pinned.update(locked[ref] for ref, _ in images if ref in locked)
                 images = [
-                    (pin.image, _pulling(task, pin.image)) if ref == pin.source else (ref, make)
+                    (locked[ref], _pulling(task, locked[ref])) if ref in locked else (ref, make)
                     for ref, make in images
                 ]
             for ref, make in images:
@@ -349,13 +350,15 @@ def cmd_images(args: argparse.Namespace) -> int:
                 f"{' ...' if len(result.tasks) > 3 else ''}): {what} in {result.seconds:.1f} s",
                 file=sys.stderr,
             )
-        # push: each task's own image (a separate verifier's is built where it runs)
-        sources = {
-            task.id: source
-            for task in dataset
-            if task.kind is TaskKind.RUNNABLE and (source := lock_source(task)) in results
+        # push: each task's own image and its separate verifiers' own images
+        runnable = [task for task in dataset if task.kind is TaskKind.RUNNABLE]
+        sources = {task.id: s for task in runnable if (s := lock_source(task)) in results}
+        verifiers = {
+            task.id: [s for step in verifier_steps(task) if (s := verifier_source(task, step))]
+            for task in runnable
         }
-        to_push = [ref for ref in dict.fromkeys(sources.values()) if not results[ref].error]
+        every = [*sources.values(), *(ref for refs in verifiers.values() for ref in refs)]
+        to_push = [ref for ref in dict.fromkeys(every) if ref in results and not results[ref].error]
         if action == "push":
             futures = [pool.submit(push_one, ref) for ref in to_push]
             for done, future in enumerate(as_completed(futures), 1):
@@ -385,7 +388,11 @@ def cmd_images(args: argparse.Namespace) -> int:
         else:
             assert registry is not None
             entries = {
-                task_id: LockedImage(results[ref].pushed or "", ref)
+                task_id: LockedImage(
+                    results[ref].pushed or "",
+                    ref,
+                    {v: results[v].pushed or "" for v in verifiers[task_id] if v in results},
+                )
                 for task_id, ref in sorted(sources.items())
             }
             write_lock(lock, registry, entries)

@@ -41,6 +41,13 @@ _CLOSED = (
     "this session has been closed (idle longer than HARBOR_OPENENV_SESSION_TIMEOUT_S, or the"
     " server is stopping) and its container removed: open a new session"
 )
+# What a client that reconnected by itself (OpenEnv's does, once its socket closed: its replica
+# was killed or stopped) meets: a new session, on whichever replica the balancer chose.
+_NO_EPISODE = (
+    "no episode is running in this session: call reset first (a client that reconnected after"
+    " its connection closed, e.g. when its server stopped, is in a new session: that episode is"
+    " lost)"
+)
 
 _DRAINING = (
     "this server is stopping (draining after SIGTERM) and starts no new episode: open a new"
@@ -164,8 +171,9 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         episode = self._episode
         if episode is None:
             done = self._state.evaluated
-            reason = "the episode has ended" if done else "no episode is running"
-            return self._fail(kind, f"{reason}: call reset first", done=done)
+            if done:
+                return self._fail(kind, "the episode has ended: call reset first", done=True)
+            return self._fail(kind, _NO_EPISODE)
         self._state.step_count += 1
         self._timer = Timer()
         try:

@@ -228,18 +228,29 @@ def task_images(task: Task) -> list[tuple[str, Callable[[ImageResolver], str]]]:
             images[tag] = lambda resolver: resolver.resolve(task)
         elif source.ref:
             images[source.ref] = lambda resolver: resolver.resolve(task)
-    config = task.config
-    steps: list[StepConfig | None] = list(config.steps or []) or [None]
-    for step in steps:
-        if verifier_mode(config, step) != "separate":
-            continue
+    for step in verifier_steps(task):
         ref, folder = task.verifier_image_ref(step), task.verifier_image_dir(step)
         if ref:
             images.setdefault(ref, _using(task, ref))
         elif folder:
-            tag = f"{IMAGE_REPOSITORY}:{environment_hash(folder)}"
-            images.setdefault(tag, _building(task, folder))
+            images.setdefault(verifier_source(task, step) or "", _building(task, folder))
     return list(images.items())
+
+
+def verifier_steps(task: Task) -> list[StepConfig | None]:
+    """The steps (None: the task itself) whose verifier runs in an environment of its own."""
+    config = task.config
+    steps: list[StepConfig | None] = list(config.steps or []) or [None]
+    return [step for step in steps if verifier_mode(config, step) == "separate"]
+
+
+def verifier_source(task: Task, step: StepConfig | None) -> str | None:
+    """The image a separate verifier's environment starts from: its ``docker_image``, or the tag
+    its ``tests/Dockerfile`` builds; None when it uses the task's own image."""
+    ref, folder = task.verifier_image_ref(step), task.verifier_image_dir(step)
+    if ref:
+        return ref
+    return f"{IMAGE_REPOSITORY}:{environment_hash(folder)}" if folder else None
 
 
 def _using(task: Task, ref: str) -> Callable[[ImageResolver], str]:

@@ -58,10 +58,11 @@ class Server:
     ``env`` adds to (or overrides) this process's environment, e.g. ``HARBOR_OPENENV_POOL_SIZE``.
     ``HARBOR_OPENENV_DRAIN_S`` is 0 unless given (here or in this process's environment), so
     :meth:`stop` stops at once; give it to test the drain.
-    ``token``: the orchestration token (default: a fresh one). ``log``: a file for the server's
-    output, which is otherwise kept in memory; ``output`` reads it either way. ``health_s``: the
-    seconds from launch to the first healthy ``/health``. Raises RuntimeError, with the output,
-    when the server exits or is not healthy within ``timeout`` seconds.
+    ``token``: the orchestration token (default: a fresh one). ``port``: the port to listen on
+    (default: a free one; a replica restarted behind a balancer keeps its port). ``log``: a file
+    for the server's output, which is otherwise kept in memory; ``output`` reads it either way.
+    ``health_s``: the seconds from launch to the first healthy ``/health``. Raises RuntimeError,
+    with the output, when the server exits or is not healthy within ``timeout`` seconds.
     """
 
     def __init__(
@@ -69,11 +70,12 @@ class Server:
         tasks: Path,
         *,
         token: str | None = None,
+        port: int | None = None,
         log: Path | None = None,
         timeout: float = 120,
         **env: str,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = token or secrets.token_hex(16)
         self.log = log

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,12 @@ class LockError(Exception):
 
 @dataclass(frozen=True)
 class LockedImage:
-    """One task's locked image: the digest reference, and the local image it was pushed from."""
+    """One task's locked image: the digest reference, and the local image it was pushed from;
+    ``verifiers``: its separate verifiers' images, each local source to its digest reference."""
 
     image: str  # HOST/PREFIX/task@sha256:<64 hex>
     source: str  # harbor-openenv/task:<environment hash>, or the task's docker_image
+    verifiers: Mapping[str, str] = field(default_factory=dict)
 
 
 def parse_registry(value: str) -> str:
@@ -118,7 +120,11 @@ def write_lock(path: Path, registry: str, entries: Mapping[str, LockedImage]) ->
         "version": LOCK_VERSION,
         "registry": registry,
         "tasks": {
-            task_id: {"image": entry.image, "source": entry.source}
+            task_id: {
+                "image": entry.image,
+                "source": entry.source,
+                **({"verifiers": dict(entry.verifiers)} if entry.verifiers else {}),
+            }
             for task_id, entry in entries.items()
         },
     }
@@ -147,10 +153,17 @@ def read_lock(path: Path) -> dict[str, LockedImage]:
             and isinstance(entry.get("source"), str)
         ):
             raise LockError(f"{path}: task {task_id!r}: needs string 'image' and 'source'")
-        if not _DIGEST_REF.match(entry["image"]):
-            raise LockError(
-                f"{path}: task {task_id!r}: {entry['image']!r} is not a digest reference"
-                " (HOST/PREFIX/NAME@sha256:<64 hex>)"
-            )
-        locked[task_id] = LockedImage(entry["image"], entry["source"])
+        verifiers = entry.get("verifiers", {})
+        if not (
+            isinstance(verifiers, dict)
+            and all(isinstance(v, str) for pair in verifiers.items() for v in pair)
+        ):
+            raise LockError(f"{path}: task {task_id!r}: 'verifiers' maps image names to strings")
+        for image in (entry["image"], *verifiers.values()):
+            if not _DIGEST_REF.match(image):
+                raise LockError(
+                    f"{path}: task {task_id!r}: {image!r} is not a digest reference"
+                    " (HOST/PREFIX/NAME@sha256:<64 hex>)"
+                )
+        locked[task_id] = LockedImage(entry["image"], entry["source"], verifiers)
     return locked

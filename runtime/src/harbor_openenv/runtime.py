@@ -22,7 +22,7 @@ from .dataset import Dataset
 from .disk import DiskGuard
 from .envs import resolve_envs
 from .helper import HelperError, HelperVolume
-from .image import ImageError, ImageResolver
+from .image import ImageError, ImageResolver, verifier_source
 from .manifest import MANIFEST_NAME, verify_manifest
 from .metrics import Metrics, Snapshot
 from .pool import ContainerPool, ContainerSpec
@@ -246,10 +246,16 @@ class Runtime:
         return self.pool.acquire(None, start_project) if pooled else start_project()
 
     def verifier_sandbox(self, task: Task, step: StepConfig | None, env: dict[str, str]) -> Sandbox:
-        """Start a separate verifier's environment, on the image Harbor would choose."""
+        """Start a separate verifier's environment, on the image Harbor would choose (the one
+        images.lock pins for it, pulled by digest, when there is one)."""
         folder, ref = task.verifier_image_dir(step), task.verifier_image_ref(step)
+        source = verifier_source(task, step)
+        locked = self.locked.get(task.id)
+        pinned = locked.verifiers.get(source) if locked is not None and source else None
         try:
-            if ref:
+            if pinned:
+                image = self.images.use(task, pinned)
+            elif ref:
                 image = self.images.use(task, ref)
             elif folder:
                 image = self.images.build(task, folder)

@@ -29,7 +29,7 @@ from typing import IO, Any
 import docker
 
 from .. import helper
-from .base import Archive, Sandbox
+from .base import KEEPER, Archive, Sandbox
 from .channel import Channel
 from .docker import DockerSandbox
 from .errors import SandboxError
@@ -181,7 +181,7 @@ class ComposeSandbox(Sandbox):
         scratch = make_scratch(owner)
         main: dict[str, Any] = {
             "image": image,
-            "command": ["sh", "-c", "sleep infinity"],
+            "command": list(KEEPER),
             "volumes": [
                 {
                     "type": "volume",

@@ -27,7 +27,7 @@ import requests
 from docker.models.containers import Container
 
 from .. import helper
-from .base import Archive, Sandbox
+from .base import KEEPER, Archive, Sandbox
 from .channel import Channel
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK
@@ -96,7 +96,7 @@ class DockerSandbox(Sandbox):
         run = functools.partial(
             client.containers.run,
             image,
-            ["sh", "-c", "sleep infinity"],
+            list(KEEPER),
             detach=True,
             labels={
                 LABEL: "1",
