@@ -24,14 +24,14 @@ pytestmark = pytest.mark.docker
 # Each serve process's "pid uid", found through /proc as root (never through the channel).
 SERVERS = r"""
 for p in /proc/[0-9]*; do
-  case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in
+  case "$(tr '\0' ' ' 2>/dev/null < $p/cmdline)" in
     '/.harbor-openenv/helper serve ') echo "${p#/proc/} $(awk '/^Uid:/ {print $2}' $p/status)";;
   esac
 done
 """
 KILL_SERVERS = r"""
 for p in /proc/[0-9]*; do
-  case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in
+  case "$(tr '\0' ' ' 2>/dev/null < $p/cmdline)" in
     '/.harbor-openenv/helper serve ') kill -9 ${p#/proc/};;
   esac
 done
@@ -136,7 +136,7 @@ def test_a_forged_answer_turns_the_channel_off(box, user):
     forged = b"forged\n"
     answer = struct.pack(">4s8sBiI", b"HOE1", bytes(8), 4, 0, len(forged)) + forged
     script = (
-        "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in"
+        "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' 2>/dev/null < $p/cmdline)\" in"
         " '/.harbor-openenv/helper serve ')"
         ' printf "$1" > $p/fd/1;; esac; done; sleep 0.5; echo real'
     )
@@ -240,7 +240,7 @@ def test_the_helper_ends_on_a_malformed_request(frame):
 # -- through a server ------------------------------------------------------------------------------
 
 FORGE = (
-    "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in"
+    "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' 2>/dev/null < $p/cmdline)\" in"
     " '/.harbor-openenv/helper serve ') printf 'HOE1\\0\\0\\0\\0\\0\\0\\0\\0\\4\\0\\0\\0\\0"
     "\\0\\0\\0\\6solved' > $p/fd/1;; esac; done; echo forged"
 )
