@@ -1,5 +1,7 @@
 """The runtime's overhead against raw docker-py on the same engine, measured in one run.
 
+The exec channel's rows come from ``exec_channel.py`` beside this script.
+
 Prints one table of ratios (runtime ÷ raw floor) with the issue's goals. A benchmark, not a test:
 it never fails on a missed goal, it says so. Run from the repository root:
 
@@ -25,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 import docker
+from exec_channel import channel_rows  # bench/, beside this script
 
 from harbor_openenv import driver
 from harbor_openenv.launch import Server
@@ -287,6 +290,8 @@ def main() -> None:
     finally:
         server.stop()
         pooled.stop()
+    # Issue 15's rows: the exec channel on and off against the same raw floor.
+    rows.extend(channel_rows(client, image, 4 * reps, args.sessions))
 
     with tempfile.TemporaryDirectory() as scratch:
         small = big_dataset(Path(scratch) / "one", 1)

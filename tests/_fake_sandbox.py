@@ -65,9 +65,11 @@ class FakeSandbox(MemorySandbox):
     def put_dir(self, source: Path, destination: str, **options: Any) -> None:
         self.calls.append(("put_dir", (source, destination)))
 
-    def write_file(self, path: str, data: bytes, *, user: str | None = None) -> None:
+    def write_file(
+        self, path: str, data: bytes, *, user: str | None = None, channel: bool = False
+    ) -> None:
         self.calls.append(("write_file", (path, user)))
-        super().write_file(path, data, user=user)
+        super().write_file(path, data, user=user, channel=channel)
 
     def remove(self) -> None:
         self.removals += 1

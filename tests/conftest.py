@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -27,6 +28,29 @@ TOKEN = "test-orchestration-token"
 BASE_IMAGES = ("debian:bookworm-slim", "python:3.12-slim")
 
 
+CHANNEL_VARIABLE = "HARBOR_OPENENV_EXEC_CHANNEL"
+AGENT_ACTIONS = ("exec", "confine", "read_file", "write_file", "list_dir")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--exec-channel",
+        choices=("0", "1"),
+        default="1",
+        help="1 (default): agent actions use the exec channel, in servers and in bare_sandbox;"
+        " 0: engine exec only (scripts/test reruns the sandbox and hostile suites so)",
+    )
+
+
+def pytest_configure(config):
+    # Servers started by the tests inherit this process's environment (launch.Server).
+    os.environ[CHANNEL_VARIABLE] = config.getoption("--exec-channel")
+
+
+def exec_channel_on() -> bool:
+    return os.environ.get(CHANNEL_VARIABLE, "1") == "1"
+
+
 @pytest.fixture(scope="session")
 def docker_client():
     """The local engine. Tests that need it fail (never skip) when it is unreachable."""
@@ -46,7 +70,8 @@ def docker_client():
 @pytest.fixture(scope="module")
 def bare_sandbox(docker_client, request):
     """One task container per test module, started by the runtime's DockerSandbox as a task's is:
-    debian:bookworm-slim, working directory /work, no network."""
+    debian:bookworm-slim, working directory /work, no network. Its agent actions (exec and the
+    file actions) go through the exec channel, as a server's do, unless ``--exec-channel=0``."""
     from harbor_openenv.helper import HelperVolume
     from harbor_openenv.sandbox import LABEL, LABEL_OWNER, DockerSandbox, remove_containers
 
@@ -61,6 +86,9 @@ def bare_sandbox(docker_client, request):
         network="none",
         helper_volume=volume.ensure(docker_client, "debian:bookworm-slim"),
     )
+    if exec_channel_on():
+        for name in AGENT_ACTIONS:  # a call may still say channel=False
+            setattr(sandbox, name, functools.partial(getattr(sandbox, name), channel=True))
     yield sandbox
     sandbox.remove()
     remove_containers(docker_client, owner=owner)  # the helper's volume too

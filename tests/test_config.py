@@ -24,6 +24,7 @@ GIVEN = {
     "max_output_bytes": ("100", 100),
     "max_write_bytes": ("200", 200),
     "max_read_bytes": ("300", 300),
+    "exec_channel": ("0", False),
     "solve_timeout_s": ("60", 60.0),
     "pids_limit": ("64", 64),
     "default_cpus": ("0.5", 0.5),
@@ -74,6 +75,7 @@ def test_the_defaults_are_the_documented_ones():
     assert (defaults.disk_mb, defaults.disk_check_s, defaults.pool_size) == (10240, 2.0, 0)
     assert defaults.max_artifact_bytes == 1 << 30
     assert (defaults.log_format, defaults.log_level) == ("text", "INFO")
+    assert defaults.exec_channel is True
     for name in ("tasks", "orchestration_token", "default_task", "build_network", "env_name"):
         assert getattr(defaults, name) is None
 
@@ -105,6 +107,13 @@ def test_whole_numbers_refuse_fractions():
         ValueError, match=re.escape("HARBOR_OPENENV_MAX_SESSIONS='1.5' is not a number")
     ):
         Settings.from_env({"HARBOR_OPENENV_MAX_SESSIONS": "1.5"})
+
+
+@pytest.mark.parametrize("raw", ["yes", "2", "-1", "on"])
+def test_the_exec_channel_switch_is_0_or_1(raw):
+    with pytest.raises(ValueError, match=f"HARBOR_OPENENV_EXEC_CHANNEL='{raw}' must be 0 or 1"):
+        Settings.from_env({"HARBOR_OPENENV_EXEC_CHANNEL": raw})
+    assert Settings.from_env({"HARBOR_OPENENV_EXEC_CHANNEL": "1"}).exec_channel is True
 
 
 @pytest.mark.parametrize(

@@ -113,5 +113,5 @@ def test_output_read_along_with_the_response_headers_is_kept(bare_sandbox, monke
 
     monkeypatch.setattr(http.client.HTTPResponse, "begin", late)
     for _ in range(3):
-        result = bare_sandbox.exec("echo hi", timeout_s=30, max_output=1000)
+        result = bare_sandbox.exec("echo hi", timeout_s=30, max_output=1000, channel=False)
         assert (result.exit_code, result.output) == (0, "hi\n")

@@ -16,7 +16,8 @@ import pytest
 
 from harbor_openenv import helper
 from harbor_openenv.sandbox import ExecResult, PathEscapeError, Sandbox, SandboxError, TooLargeError
-from harbor_openenv.sandbox.base import EXEC_MARK, load_script
+from harbor_openenv.sandbox.base import EXEC_MARK
+from harbor_openenv.sandbox.files import load_script
 from harbor_openenv.sandbox.memory import MemorySandbox
 from harbor_openenv.task_config import HealthcheckConfig
 
@@ -42,9 +43,12 @@ def test_exec_runs_bash_in_the_workdir_with_a_mark_and_kills_what_a_timeout_left
     sandbox = MemorySandbox(handler, workdir="/app")
     result = sandbox.exec("sleep 9", timeout_s=1, max_output=100, user="agent", env={"A": "1"})
     assert result.timed_out and result.output == "partial"
-    (command, user, env, workdir), (kill, kill_user, _, _) = handler.calls
+    (command, user, env, workdir), (kill, kill_user, _, _), (again, again_user, _, _) = (
+        handler.calls
+    )
     assert (command, user, workdir, env["A"]) == ("sleep 9", "agent", "/app", "1")
-    assert kill == load_script("kill-marked") and kill_user == "root"
+    assert kill == again == load_script("kill-marked")
+    assert (kill_user, again_user) == ("root", "agent")  # root cannot read agent's environ
     assert env[EXEC_MARK]
 
 

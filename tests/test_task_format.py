@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TOKEN, Server, wait_until
+from conftest import ROOT, TOKEN, Server, exec_channel_on, wait_until
 
 from harbor_openenv import driver
 from harbor_openenv.dataset import Dataset
@@ -154,6 +154,8 @@ def test_compose_task_with_sidecar_nop_and_oracle_leaves_nothing(fmt, docker_cli
         # the sidecar and its volume are up and labelled while the episode runs
         assert len(_leftovers(docker_client, fmt.owner_prefix)) >= 4  # 2 containers, net, vol
         assert env.exec("hostname -i >/dev/null && pwd").observation.output.strip() == "/app"
+        parent = env.exec("tr '\\0' ' ' < /proc/$PPID/cmdline").observation.output
+        assert (parent == "/.harbor-openenv/helper serve ") == exec_channel_on()  # main's channel
         nop = env.evaluate()
         oracle = run(env, "compose", oracle_steps=1)[-1]
     assert (nop.done, nop.reward) == (True, 0.0)

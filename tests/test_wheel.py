@@ -5,7 +5,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from harbor_openenv.sandbox.base import load_script
+from harbor_openenv.sandbox.files import load_script
 
 SCRIPTS = Path(__file__).parents[1] / "runtime/src/harbor_openenv/sandbox/scripts"
 

@@ -1,5 +1,6 @@
 """The agent's actions: exec, read, write and list, inside the task's working directory, as the
-agent's user. Each takes the episode and the action and answers with an observation."""
+agent's user. Each takes the episode and the action and answers with an observation. They are the
+only callers that let the sandbox use its exec channel (``HARBOR_OPENENV_EXEC_CHANNEL``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def exec_command(episode: Episode, action: HarborAction) -> HarborObservation:
         timeout_s=timeout,
         max_output=settings.max_output_bytes,
         user=episode.agent_user,
+        channel=settings.exec_channel,
     )
     episode.runtime.disk.nudge(sandbox)
     return episode.observe(
@@ -38,10 +40,10 @@ def exec_command(episode: Episode, action: HarborAction) -> HarborObservation:
 
 def read_file(episode: Episode, action: HarborAction) -> HarborObservation:
     """A file's content: UTF-8 text, else base64."""
-    sandbox, user = episode.sandbox, episode.agent_user
-    path = sandbox.confine(_need(action.path, "read"), user=user)
+    sandbox, user, channel = episode.sandbox, episode.agent_user, _channel(episode)
+    path = sandbox.confine(_need(action.path, "read"), user=user, channel=channel)
     data, cut = sandbox.read_file(
-        path, max_bytes=episode.runtime.settings.max_read_bytes, user=user
+        path, max_bytes=episode.runtime.settings.max_read_bytes, user=user, channel=channel
     )
     try:
         text, encoding = data.decode("utf-8"), "utf-8"
@@ -66,17 +68,22 @@ def write_file(episode: Episode, action: HarborAction) -> HarborObservation:
             f"content is {len(data)} bytes, over this server's limit of {limit}"
             " (HARBOR_OPENENV_MAX_WRITE_BYTES); write large files with exec"
         )
-    sandbox, user = episode.sandbox, episode.agent_user
-    path = sandbox.confine(_need(action.path, "write"), user=user)
-    sandbox.write_file(path, data, user=user)
+    sandbox, user, channel = episode.sandbox, episode.agent_user, _channel(episode)
+    path = sandbox.confine(_need(action.path, "write"), user=user, channel=channel)
+    sandbox.write_file(path, data, user=user, channel=channel)
     return episode.observe("write", output=f"wrote {len(data)} bytes to {path}")
 
 
 def list_dir(episode: Episode, action: HarborAction) -> HarborObservation:
     """A folder's entries."""
-    sandbox, user = episode.sandbox, episode.agent_user
-    path = sandbox.confine(action.path or ".", user=user)
-    return episode.observe("list", output=sandbox.list_dir(path, user=user))
+    sandbox, user, channel = episode.sandbox, episode.agent_user, _channel(episode)
+    path = sandbox.confine(action.path or ".", user=user, channel=channel)
+    return episode.observe("list", output=sandbox.list_dir(path, user=user, channel=channel))
+
+
+def _channel(episode: Episode) -> bool:
+    """Whether the agent's actions may use the sandbox's exec channel (the server's setting)."""
+    return episode.runtime.settings.exec_channel
 
 
 def _need(value: str | None, action: str) -> str:

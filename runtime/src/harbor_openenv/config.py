@@ -70,6 +70,14 @@ class Settings:
     max_read_bytes: int = field(
         default=8 << 20, metadata=_about("largest file content one read returns", int)
     )
+    exec_channel: bool = field(
+        default=True,
+        metadata=_about(
+            "1: the agent's actions run through one long-lived exec per episode (the exec"
+            " channel); 0: an engine exec each",
+            bool,
+        ),
+    )
     solve_timeout_s: float = field(
         default=1800.0,
         metadata=_about("solve.sh's and setup.sh's timeout when the task sets none", float),
@@ -168,6 +176,10 @@ def _parse(variable: str, raw: str, kind: type, zero: bool) -> Any:
         return raw
     if kind is Path:
         return Path(raw)
+    if kind is bool:
+        if raw.strip() not in ("0", "1"):
+            raise ValueError(f"{variable}={raw!r} must be 0 or 1")
+        return raw.strip() == "1"
     try:
         value = kind(raw)
     except ValueError:

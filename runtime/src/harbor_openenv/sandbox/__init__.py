@@ -2,10 +2,11 @@
 (``docker``), compose projects (``compose``), an in-memory one for unit tests (``memory``), and
 the owner labels and sweeps of what dead servers left (``owner``)."""
 
-from .base import ExecResult, Sandbox, resolve_within
+from .base import Sandbox
 from .compose import ComposeSandbox
 from .docker import DockerSandbox
 from .errors import PathEscapeError, SandboxError, TooLargeError
+from .files import resolve_within
 from .owner import (
     LABEL,
     LABEL_OWNER,
@@ -16,6 +17,7 @@ from .owner import (
     server_identity,
     server_scope,
 )
+from .result import ExecResult
 
 __all__ = [
     "LABEL",

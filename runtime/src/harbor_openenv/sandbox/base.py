@@ -3,28 +3,32 @@
 A backend (:mod:`.docker`, :mod:`.compose`, :mod:`.memory`) implements ``name``, :meth:`run`,
 :meth:`upload`, :meth:`download`, :meth:`is_running`, :meth:`remove` and :meth:`disk_usage`, and
 calls :meth:`Sandbox.prepare` once its environment runs. Everything an episode does besides (its
-commands, the agent's confined file actions, the engine reads, the helper's stop and the process
-baseline) is written once here, on those primitives alone.
+commands, the agent's confined file actions (inherited from :mod:`.files`), the engine reads, the
+helper's stop and the process baseline) is written once here, on those primitives alone.
+
+A backend may also offer an exec channel (:mod:`.channel`) by overriding :meth:`open_channel`:
+Docker and compose do, the memory backend does not. The agent's own actions (``channel=True``)
+go through it while it works; everything else, and every action once it failed, uses :meth:`run`.
 """
 
 from __future__ import annotations
 
-import base64
-import functools
 import posixpath
 import time
 import uuid
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import IO, Protocol
 
 from .. import helper
 from . import archives
-from .errors import PathEscapeError, SandboxError, TooLargeError
+from .channel import Channel, ChannelSlot
+from .errors import SandboxError, TooLargeError
+from .files import AgentFiles, load_script
+from .result import ExecResult
 
 # What keeps an episode's container running (PID 1), as Harbor's compose file has it but with
 # ``exec``: sh becomes sleep, so no process is forked after the container starts. With a plain
@@ -38,14 +42,6 @@ TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to 
 # "stage" (empty it for tests to be uploaded) or "keep" (the image brings them).
 VerifierDirs = tuple[str, str, str, str]
 _HELPER_TRIES = 20
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    exit_code: int | None  # None: it timed out
-    output: str  # standard output and error, interleaved
-    truncated: bool = False
-    timed_out: bool = False
 
 
 class Healthcheck(Protocol):
@@ -74,31 +70,7 @@ class Archive:
     stream: IO[bytes]
 
 
-def resolve_within(workdir: str, path: str) -> str:
-    """``path`` (relative to ``workdir`` or absolute) normalised, if it stays inside ``workdir``.
-
-    Lexical only; :meth:`Sandbox.confine` also resolves symlinks inside the sandbox.
-    """
-    if not path or "\x00" in path:
-        raise PathEscapeError(f"invalid path {path!r}")
-    root = posixpath.normpath(workdir)
-    joined = posixpath.normpath(posixpath.join(root, path))
-    if not inside(root, joined):
-        raise PathEscapeError(f"{path!r} is outside the working directory {root}")
-    return joined
-
-
-def inside(root: str, path: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-@functools.cache
-def load_script(name: str) -> str:
-    """The in-container shell script ``scripts/<name>.sh`` (POSIX sh, run with ``sh -c``)."""
-    return (resources.files(__package__) / "scripts" / f"{name}.sh").read_text(encoding="utf-8")
-
-
-class Sandbox(ABC):
+class Sandbox(AgentFiles):
     """One episode's task environment: the abstract primitives, then the shared behaviour.
 
     Longer than the project's ~250 lines per class on purpose: it is every backend's shared
@@ -111,6 +83,7 @@ class Sandbox(ABC):
         self.exceeded: str | None = None  # why the disk guard ended the episode, if it did
         self._real_workdir = "/"  # resolved once by prepare, before the agent can move things
         self._baseline = ""  # processes that ran before the agent did (see mark_baseline)
+        self.channel = ChannelSlot(self.open_channel)
 
     # -- the primitives every backend implements -----------------------------------------------
 
@@ -159,7 +132,47 @@ class Sandbox(ABC):
     def disk_usage(self) -> int:
         """Bytes the agent's writes take (apparent sizes), for the disk guard."""
 
+    def open_channel(self, user: str) -> Channel | None:
+        """A new exec channel running as ``user`` (:mod:`.channel`); None: this backend has none.
+        Raises :class:`SandboxError` when it cannot start."""
+        return None
+
     # -- commands ------------------------------------------------------------------------------
+
+    def _run_for(
+        self,
+        channel: bool,
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        max_output: int,
+        user: str,
+        env: Mapping[str, str],
+        workdir: str,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """:meth:`run`, through the exec channel first when ``channel`` (an agent's action)."""
+        if channel:
+            answer = self.channel.run(
+                argv,
+                timeout_s=timeout_s,
+                max_output=max_output,
+                user=user,
+                env=env,
+                workdir=workdir,
+                stdin=stdin,
+            )
+            if answer is not None:
+                return answer
+        return self.run(
+            argv,
+            timeout_s=timeout_s,
+            max_output=max_output,
+            user=user,
+            env=env,
+            workdir=workdir,
+            stdin=stdin,
+        )
 
     def prepare(self, workdir: str | None) -> None:
         """Make ``/logs``'s folders, resolve the working directory (None: the image's) and record
@@ -182,11 +195,13 @@ class Sandbox(ABC):
         env: dict[str, str] | None = None,
         workdir: str | None = None,
         args: tuple[str, ...] = (),
+        channel: bool = False,
     ) -> ExecResult:
         """Run ``bash -c command`` (``args`` as its $1...); on timeout every process it started
-        is killed."""
+        is killed. ``channel``: the agent's own command, which may use the exec channel."""
         mark = uuid.uuid4().hex
-        result = self.run(
+        result = self._run_for(
+            channel,
             ["bash", "-c", command, *(("bash", *args) if args else ())],
             timeout_s=timeout_s,
             max_output=max_output,
@@ -195,8 +210,21 @@ class Sandbox(ABC):
             workdir=workdir or self.workdir,
         )
         if result.timed_out:
-            self.exec_root(load_script("kill-marked"), f"{EXEC_MARK}={mark}")
+            self._kill_marked(f"{EXEC_MARK}={mark}", user or "")
         return result
+
+    def _kill_marked(self, mark: str, user: str) -> None:
+        """Kill what a timed-out command left, by its mark: as root, then as the command's user
+        (root without CAP_SYS_PTRACE cannot read another user's ``/proc/PID/environ``)."""
+        for who in ("root", user) if user not in ("root", "0") else ("root",):
+            self.run(
+                ["sh", "-c", load_script("kill-marked"), "sh", mark],
+                timeout_s=60,
+                max_output=1 << 16,
+                user=who,
+                env={},
+                workdir="/",
+            )
 
     def healthcheck(self, check: Healthcheck, *, user: str | None, where: str) -> None:
         """Run ``check.command`` until it passes, with Docker HEALTHCHECK's retries, as Harbor
@@ -237,10 +265,12 @@ class Sandbox(ABC):
         """Kill every process but the baseline's, whatever its name, user or state, with the
         runtime's static helper (never the container's programs); then, with ``prepare``, empty
         the verifier's output folder for its user alone and the tests folder, in the same exec.
+        The exec channel is closed first: the helper kills it with the rest.
 
         The helper needs one free process slot: a container held at its pids limit is retried
         briefly, then reported as the agent's resource use.
         """
+        self.channel.close()
         command = [helper.HELPER, "stop", self._baseline]
         if prepare is not None:
             command += ["prepare", *prepare]
@@ -268,7 +298,9 @@ class Sandbox(ABC):
 
     def mark_baseline(self) -> None:
         """Count every process running now as the environment's: :meth:`stop_processes` keeps
-        them. Called once an episode's environment is ready, before the agent's first action."""
+        them. Called once an episode's environment is ready, before the agent's first action
+        (the exec channel, opened by that action, is never in the baseline)."""
+        self.channel.close()
         result = self._run_helper([helper.HELPER, "list"])
         if result.exit_code != 0:
             raise SandboxError(f"cannot list processes: {result.output.strip()}")
@@ -277,83 +309,6 @@ class Sandbox(ABC):
     def _run_helper(self, argv: list[str]) -> ExecResult:
         """Run the runtime's helper as root, directly (no shell of the container's)."""
         return self.run(argv, timeout_s=60, max_output=1 << 20, user="root", env={}, workdir="/")
-
-    # -- the agent's files ---------------------------------------------------------------------
-
-    def confine(self, path: str, *, user: str | None = None) -> str:
-        """Resolve an agent path inside the sandbox as ``user`` (None: the sandbox's own),
-        symlinks included, refusing escapes."""
-        lexical = resolve_within(self.workdir, path)
-        result = self.run(
-            ["sh", "-c", load_script("realpath"), "sh", lexical],
-            timeout_s=60,
-            max_output=1 << 16,
-            user=user or "",
-            env={},
-            workdir="/",
-        )
-        if result.exit_code != 0:
-            raise SandboxError(f"cannot resolve {path!r}: {result.output.strip()}")
-        real = posixpath.normpath(result.output.strip())
-        if not inside(self._real_workdir, real):
-            raise PathEscapeError(f"{path!r} resolves to {real}, outside the working directory")
-        return real
-
-    def read_file(
-        self, path: str, *, max_bytes: int, user: str | None = None
-    ) -> tuple[bytes, bool]:
-        """The bytes of the regular file at ``path`` (at most ``max_bytes``), and whether cut."""
-        limit = max_bytes + 1
-        result = self._file_action(
-            "read", path, str(limit), user=user, max_output=limit * 3 // 2 + 1024
-        )
-        if result.truncated:
-            raise SandboxError(f"{path}: reading it failed (its encoded copy was cut)")
-        data = base64.b64decode(result.output)
-        return data[:max_bytes], len(data) > max_bytes
-
-    def write_file(self, path: str, data: bytes, *, user: str | None = None) -> None:
-        """Write ``data`` to ``path`` as ``user``, creating parent folders inside the working
-        directory; an existing file keeps its mode, owner and group."""
-        self._file_action("write", path, user=user, stdin=data)
-
-    def list_dir(self, path: str, *, user: str | None = None) -> str:
-        """``ls -la`` of the folder at ``path`` (of the entry itself when not a folder)."""
-        return self._file_action("list", path, user=user).output
-
-    def _file_action(
-        self,
-        op: str,
-        path: str,
-        *args: str,
-        user: str | None,
-        max_output: int = 1 << 20,
-        stdin: bytes | None = None,
-    ) -> ExecResult:
-        """Run ``scripts/file-action.sh`` as ``user`` on a path :meth:`confine` returned; errors
-        name ``path``."""
-        root = self._real_workdir
-        folder, name = (path, ".") if path == root else posixpath.split(path)
-        result = self.run(
-            ["sh", "-c", load_script("file-action"), "sh", root, folder, op, name, *args],
-            timeout_s=60,
-            max_output=max_output,
-            user=user or "",
-            env={},
-            workdir="/",
-            stdin=stdin,
-        )
-        if result.exit_code == 0:
-            return result
-        if result.exit_code == 3:
-            raise PathEscapeError(f"{path} was moved outside the working directory {root}")
-        problem = {
-            None: f"{op} timed out",
-            4: "no such file or folder" if op != "write" else "cannot create its folder",
-            5: "is a directory",
-            6: "not a regular file",
-        }.get(result.exit_code)
-        raise SandboxError(f"{path}: {problem or result.output.strip() or op + ' failed'}")
 
     # -- the orchestrator's files, through the engine ------------------------------------------
 

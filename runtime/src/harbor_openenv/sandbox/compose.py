@@ -29,10 +29,12 @@ from typing import IO, Any
 import docker
 
 from .. import helper
-from .base import KEEPER, Archive, ExecResult, Sandbox
+from .base import KEEPER, Archive, Sandbox
+from .channel import Channel
 from .docker import DockerSandbox
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK, make_scratch
+from .result import ExecResult
 
 LABEL_PROJECT = "harbor-openenv.compose-project"
 MAIN_SERVICE = "main"
@@ -266,6 +268,7 @@ class ComposeSandbox(Sandbox):
 
     def remove(self) -> None:
         """Tear the whole project down: services, networks, volumes (idempotent)."""
+        self.channel.close()
         project, self.project = self.project, None
         if project is not None:
             _down(project, self._scratch)
@@ -296,6 +299,9 @@ class ComposeSandbox(Sandbox):
             workdir=workdir,
             stdin=stdin,
         )
+
+    def open_channel(self, user: str) -> Channel:
+        return self.main.open_channel(user)
 
     def upload(self, destination: str, archive: bytes | IO[bytes]) -> None:
         self.main.upload(destination, archive)

@@ -27,9 +27,11 @@ import requests
 from docker.models.containers import Container
 
 from .. import helper
-from .base import KEEPER, Archive, ExecResult, Sandbox
+from .base import KEEPER, Archive, Sandbox
+from .channel import Channel
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK
+from .result import ExecResult
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -163,8 +165,21 @@ class DockerSandbox(Sandbox):
             return False
         return self.container.status == "running"
 
+    def open_channel(self, user: str) -> Channel:
+        """The helper's ``serve`` as ``user``: one engine exec, its stdin attached."""
+        api = self._client.api
+        try:
+            exec_id = api.exec_create(
+                self.container.id, [helper.HELPER, "serve"], user=user, stdin=True, workdir="/"
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot start the exec channel: {exc.explanation or exc}") from None
+        return Channel(sock, user)
+
     def remove(self) -> None:
         """Remove the container (idempotent)."""
+        self.channel.close()
         try:
             self.container.remove(force=True)
         except docker.errors.NotFound:

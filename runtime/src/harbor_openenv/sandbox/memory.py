@@ -17,8 +17,10 @@ import tarfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO
 
-from .base import Archive, ExecResult, Sandbox, inside, resolve_within
+from .base import Archive, Sandbox
 from .errors import PathEscapeError, SandboxError
+from .files import inside, resolve_within
+from .result import ExecResult
 
 # (command, user, env, workdir) -> its result. ``command`` is the script of ``sh -c`` or
 # ``bash -c`` (exec, exec_root), else the argv joined shell-quoted (the helper's calls).
@@ -101,11 +103,11 @@ class MemorySandbox(Sandbox):
 
     # -- the agent's files, on the dict --------------------------------------------------------
 
-    def confine(self, path: str, *, user: str | None = None) -> str:
+    def confine(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
         return resolve_within(self.workdir, path)
 
     def read_file(
-        self, path: str, *, max_bytes: int, user: str | None = None
+        self, path: str, *, max_bytes: int, user: str | None = None, channel: bool = False
     ) -> tuple[bytes, bool]:
         data = self.files.get(self._inside(path))
         if data is None:
@@ -113,12 +115,14 @@ class MemorySandbox(Sandbox):
             raise SandboxError(f"{path}: {problem}")
         return data[:max_bytes], len(data) > max_bytes
 
-    def write_file(self, path: str, data: bytes, *, user: str | None = None) -> None:
+    def write_file(
+        self, path: str, data: bytes, *, user: str | None = None, channel: bool = False
+    ) -> None:
         if self._is_dir(self._inside(path)):
             raise SandboxError(f"{path}: is a directory")
         self.files[path] = data
 
-    def list_dir(self, path: str, *, user: str | None = None) -> str:
+    def list_dir(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
         """The names below ``path``, one a line (not ``ls -la``'s format)."""
         path = self._inside(path)
         if path in self.files:
