@@ -22,14 +22,23 @@ def fill(box: Sandbox, script: str) -> None:
     assert result.exit_code == 0, result.output
 
 
-def test_the_container_forks_nothing_after_it_starts(bare_sandbox):
-    """PID 1 is the sleep itself (``exec``), with no child started a moment later: the process
-    baseline read at start-up holds all that keeps the container alive, so the stop before
-    grading cannot kill it. (With ``sh -c "sleep infinity"`` the sleep was sh's child; under load
-    the baseline was read before it existed, the stop killed it, and sh and the container went
-    with it: evaluate answered "helper failed (exit code 137)" or "is not running".)"""
+def test_the_baseline_holds_the_keeper_and_pid_1_reaps_orphans(bare_sandbox):
+    """The baseline read at start-up holds the keeper's sleep (sh's child, started a moment after
+    the container: listed too early, the stop before grading killed it and the container went
+    with it), and PID 1 reaps the orphans an agent leaves (a sleep as PID 1 would not: their
+    zombies would fill the pids limit)."""
     processes = bare_sandbox.container.top()["Processes"]
-    assert [row[-1] for row in processes] == ["sleep infinity"], processes
+    commands = [row[-1] for row in processes]
+    assert "sleep infinity" in commands, processes
+    baseline = bare_sandbox._baseline.split()
+    assert len(baseline) == len(processes), (baseline, processes)
+    run = bare_sandbox.exec_root("for i in 1 2 3 4 5; do (sleep 60 &) ; done; echo started")
+    assert run.exit_code == 0, run.output
+    bare_sandbox.stop_processes()
+    time.sleep(1)
+    states = bare_sandbox.exec_root("cat /proc/[0-9]*/stat 2>/dev/null | awk '{print $3}'")
+    assert "Z" not in states.output.split(), states.output
+    assert bare_sandbox.is_running()
 
 
 def test_engine_reads_use_no_program_of_the_container(bare_sandbox):

@@ -30,12 +30,12 @@ from .errors import SandboxError, TooLargeError
 from .files import AgentFiles, load_script
 from .result import ExecResult
 
-# What keeps an episode's container running (PID 1), as Harbor's compose file has it but with
-# ``exec``: sh becomes sleep, so no process is forked after the container starts. With a plain
-# ``sh -c "sleep infinity"`` the sleep was sh's child, started a moment later: under load the
-# baseline (``prepare``) could be read before it existed, and the stop before grading then killed
-# it, sh exited and the whole container with it (evaluate: helper exit 137, "not running").
-KEEPER = ("sh", "-c", "exec sleep infinity")
+# What keeps an episode's container running, as Harbor's compose file has it: sh is PID 1 and
+# reaps every orphan the agent leaves (its wait takes any child), so zombies never fill the pids
+# limit (``exec sleep`` as PID 1 reaps none: after a fork bomb the verifier could not start). The
+# sleep is sh's child, started a moment after the container: setup.sh waits for it before it lists
+# the baseline, or the stop before grading would kill it and the container with it.
+KEEPER = ("sh", "-c", "sleep infinity")
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
 # Prepare arguments for the helper: the verifier's user, its output folder, the tests folder and

@@ -2,7 +2,18 @@
 # Prepares a task environment, as root in its working directory: makes the /logs folders
 # (/logs/verifier is the verifier's alone: the helper hands it over at each run), then prints the
 # working directory as given, its real path, and the processes running now (the baseline, listed
-# by the runtime's helper at $1).
+# by the runtime's helper at $1). The baseline waits (up to 5 s) for PID 1, the keeper's sh, to have
+# started its sleep, or to be it (a shell that execs a lone command): a sleep forked after the list
+# would be killed by the stop before grading, and the container with it.
+i=0
+while [ "$i" -lt 250 ]; do
+  read -r comm </proc/1/comm || comm=
+  children=
+  read -r children </proc/1/task/1/children 2>/dev/null || :
+  if [ "$comm" != sh ] || [ -n "$children" ]; then break; fi
+  sleep 0.02 2>/dev/null || sleep 1
+  i=$((i + 1))
+done
 mkdir -p /logs/agent /logs/verifier /logs/artifacts &&
   chmod 777 /logs/agent /logs/artifacts && chmod 755 /logs/verifier &&
   pwd && readlink -f . && "$1" list
