@@ -98,18 +98,23 @@ def test_copy_digests_give_the_same_manifest_as_reading_the_copy(tmp_path):
     (src / "new\nline").write_text("2")
     (src / "a" / "link-to-link").symlink_to("link.toml")
     (src / "a" / "dangling").symlink_to("no-such-file")
+    (src / "a" / "run").symlink_to("tests/test.sh")  # a link to an executable file
     env = tmp_path / "env"
     digests = copy_tasks(src, env / "tasks")
     assert digests["a/link-to-link"] == digests["a/link.toml"] == digests["a/task.toml"]
     assert "a/dangling" not in digests and "nested/deep/b/shared" not in digests
-    assert write_manifest(env / "tasks", env / "from-copy.sha256", digests) == len(digests) == 9
+    # The execute bits come from the copy too (a link's are its target's, as sha256sum reads it).
+    assert digests.executables == {"a/tests/test.sh", "a/run"}
+    assert write_manifest(env / "tasks", env / "from-copy.sha256", digests) == len(digests) == 10
     write_manifest(env / "tasks", env / "from-files.sha256")
-    assert (env / "from-copy.sha256").read_bytes() == (env / "from-files.sha256").read_bytes()
+    from_copy = (env / "from-copy.sha256").read_text()
+    assert "# +x tasks/a/run\n# +x tasks/a/tests/test.sh\n" in from_copy
+    assert from_copy == (env / "from-files.sha256").read_text()
     # A manifest inside the folder it lists leaves itself out, either way.
     inner = env / "tasks" / "own.sha256"
-    assert write_manifest(env / "tasks", inner, {**digests, "own.sha256": "0" * 64}) == 9
+    assert write_manifest(env / "tasks", inner, {**digests, "own.sha256": "0" * 64}) == 10
     written = inner.read_bytes()
-    assert write_manifest(env / "tasks", inner) == 9 and inner.read_bytes() == written
+    assert write_manifest(env / "tasks", inner) == 10 and inner.read_bytes() == written
     assert verify_manifest(inner) == []
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 __all__ = [
     "MANIFEST_NAME",
+    "CopiedFiles",
     "CopyError",
     "copy_tasks",
     "executable",
@@ -51,6 +52,18 @@ COPY_THREADS = 2  # one copies while the other waits on the disk (4 measured no 
 
 class CopyError(Exception):
     """The task folder cannot be copied as it is (a symlink leaves it, a special file, ...)."""
+
+
+class CopiedFiles(dict[str, str]):
+    """What `copy_tasks` copied: ``{relative path: sha256}``, and which of them are executable.
+
+    Both are read while copying, so `write_manifest` needs neither the files' bytes nor their
+    modes again.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.executables: set[str] = set()
 
 
 def file_sha256(path: Path) -> str:
@@ -111,10 +124,11 @@ def _check_link(src_real: str, link: str, shown: str) -> str:
     return resolved
 
 
-def _copy_file(src: str, dst: str, buffer: memoryview) -> str:
-    """Copy src's bytes and mode bits to the new file dst, hashing them on the way; the hex SHA-256.
+def _copy_file(src: str, dst: str, buffer: memoryview) -> tuple[str, int]:
+    """Copy src's bytes and mode bits to the new file dst, hashing them on the way.
 
     One read of each byte (into a reused buffer), so the copy and its checksum cost one pass.
+    Returns the hex SHA-256 and the mode bits.
     """
     digest = hashlib.sha256()
     source = os.open(src, os.O_RDONLY)
@@ -135,7 +149,7 @@ def _copy_file(src: str, dst: str, buffer: memoryview) -> str:
             os.close(target)
     finally:
         os.close(source)
-    return digest.hexdigest()
+    return digest.hexdigest(), mode
 
 
 def _make_folder(path: str, mode: int) -> None:
@@ -153,14 +167,14 @@ def _copy_folders(
     tmp: str,
     progress: Callable[[int, int], None] | None,
     total: int,
-) -> dict[str, str]:
+) -> CopiedFiles:
     """Make each folder in tmp and copy its files into it, on COPY_THREADS threads; the digests.
 
     folders holds (relative path, mode bits, [(source path, relative path) of its files]),
     parents first. File I/O and hashing release the GIL, so one thread copies while another waits
     on the disk. The first failure stops every thread and is raised once all have stopped.
     """
-    digests: dict[str, str] = {}
+    digests = CopiedFiles()
     lock = threading.Lock()
     pending = iter(folders)
     stop = threading.Event()
@@ -178,9 +192,11 @@ def _copy_folders(
                 if folder:
                     _make_folder(f"{tmp}/{folder}", mode | 0o700)  # ours to fill until the end
                 for path, rel in files:
-                    digest = _copy_file(path, f"{tmp}/{rel}", buffer)
+                    digest, mode = _copy_file(path, f"{tmp}/{rel}", buffer)
                     with lock:
                         digests[rel] = digest
+                        if mode & stat.S_IXUSR:
+                            digests.executables.add(rel)
                         if progress is not None:
                             progress(len(digests), total)
             except BaseException as exc:  # raised again by the calling thread
@@ -204,12 +220,13 @@ def _copy_folders(
 
 def copy_tasks(
     src: Path, dst: Path, progress: Callable[[int, int], None] | None = None
-) -> dict[str, str]:
+) -> CopiedFiles:
     """Copy every file under src to dst, byte for byte, keeping mode bits and in-tree symlinks.
 
     Returns the SHA-256 of every file `write_manifest` lists (regular files and symlinks to
-    files, by path relative to dst), computed while copying: pass it to `write_manifest` so the
-    copy is not read again. Modification times are not kept (neither `cp -r` nor git keeps them).
+    files, by path relative to dst) and which are executable, read while copying: pass it to
+    `write_manifest` so the copy is not read again. Modification times are not kept (neither
+    `cp -r` nor git keeps them).
 
     dst must not exist or be an empty directory. The copy is made in a temporary sibling directory
     that is renamed to dst at the end, so a failure leaves nothing half written. progress, if given,
@@ -247,7 +264,10 @@ def copy_tasks(
         for done, (path, rel, resolved) in enumerate(links, copied + 1):
             os.symlink(os.readlink(path), f"{tmp}/{rel}")
             if os.path.isfile(resolved):  # sha256sum hashes what a link to a file points to
-                digests[rel] = digests[os.path.relpath(resolved, src_real)]
+                target = os.path.relpath(resolved, src_real)
+                digests[rel] = digests[target]
+                if target in digests.executables:
+                    digests.executables.add(rel)
             if progress is not None:
                 progress(done, total)
         # Folder modes last, so a read-only folder does not block the files copied into it.
@@ -266,7 +286,7 @@ def copy_tasks(
 
 def _escape(name: str) -> tuple[str, str]:
     """Return (line prefix, escaped name) as GNU sha256sum writes names with odd characters."""
-    if not any(c in name for c in "\\\n\r"):
+    if "\\" not in name and "\n" not in name and "\r" not in name:
         return "", name
     escaped = name.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
     return "\\", escaped
@@ -312,22 +332,27 @@ def write_manifest(
 
     Paths are relative to the manifest's directory (`tasks/<task>/task.toml` for the usual layout).
     digests, when given, is what `copy_tasks` returned for this tasks_dir: the files are then not
-    read again. Executable files get a `# +x` line (see the module's docstring).
+    read again (nor their modes, from a `CopiedFiles`). Executable files get a `# +x` line (see
+    the module's docstring).
     """
     tasks_dir, manifest = Path(tasks_dir), Path(manifest)
+    prefix = _names_prefix(tasks_dir, manifest)
     if digests is None:
         entries = [(name, file_sha256(path)) for name, path in listed_files(tasks_dir, manifest)]
     else:
-        prefix = _names_prefix(tasks_dir, manifest)
         entries = sorted((prefix + rel, digest) for rel, digest in digests.items())
         entries = [(name, digest) for name, digest in entries if name != manifest.name]
+    if isinstance(digests, CopiedFiles):
+        marked = {prefix + rel for rel in digests.executables}
+    else:
+        base = os.fspath(manifest.parent)
+        marked = {rel for rel, _ in entries if executable(os.path.join(base, rel))}
     lines, marks = [MODES_HEADER + "\n"], []
-    base = manifest.parent
     for rel, digest in entries:
-        prefix, name = _escape(rel)
-        lines.append(f"{prefix}{digest}  {name}\n")
-        if executable(base / rel):
-            marks.append(f"{EXEC_MARK}{prefix}{name}\n")
+        escape, name = _escape(rel)
+        lines.append(f"{escape}{digest}  {name}\n")
+        if rel in marked:
+            marks.append(f"{EXEC_MARK}{escape}{name}\n")
     lines += marks
     tmp = manifest.with_name(manifest.name + ".tmp")
     with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
