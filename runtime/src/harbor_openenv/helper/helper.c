@@ -29,8 +29,19 @@
  *       4 exit code known), the exit code (4 bytes, 128+N for signal N, as the engine counts
  *       it) and the output (a 4-byte length and at most the cap's bytes; the rest is read and
  *       dropped). A malformed request ends the helper (exit 2): the runtime then uses the engine.
+ *   helper file read ROOT PATH LIMIT | file write ROOT PATH | file list ROOT PATH
+ *       the agent's file action on PATH (absolute), as the user running it, confined to ROOT (the
+ *       real working directory): see file_action below. read prints at most LIMIT bytes raw;
+ *       write copies standard input in place and prints the real path written; list executes
+ *       ls -la in the folder (ls -lad of an entry that is not one). Exit 3: outside ROOT (the
+ *       real path it reached on stderr), 4: missing (for a write: a folder could not be made),
+ *       5: a folder, 6: not a regular file, 1: another error (its message on stderr).
  *
- * Exit status: 0 done, 2 usage, 97 processes still alive after the time limit, 98 prepare failed.
+ * Built static with Zig's C compiler (musl, -Os, stripped): 53,664 bytes for x86_64 and 60,712
+ * for aarch64.
+ *
+ * Exit status (but file's): 0 done, 2 usage, 97 processes still alive after the time limit, 98
+ * prepare failed.
  * /proc/PID/stat is parsed from its last ')', since a command name may hold any byte but NUL.
  */
 #define _GNU_SOURCE
@@ -559,14 +570,18 @@ static int reopen(int fd, int flags) {
     return open(link, flags | O_CLOEXEC);
 }
 
+/* Copies standard input over the file from its start, then cuts the file where the copy ended:
+ * the same inode, and no truncation to zero first (after which ext4 flushes the data at close). */
 static int copy_stdin(int out) {
     char buf[65536];
+    off_t size = 0;
     for (;;) {
         ssize_t r = read(0, buf, sizeof buf);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return -1;
-        if (r == 0) return 0;
+        if (r == 0) return ftruncate(out, size);
         if (write_full(out, (unsigned char *)buf, (size_t)r) != 0) return -1;
+        size += r;
     }
 }
 
@@ -604,11 +619,11 @@ static int act(int op, const char *root, int dir, const char *name, int target,
     if (!fd_inside(fd, root, "")) return 3;
     if (!S_ISREG(opened.st_mode)) return 6;
     if (op == READ) return copy_out(fd, strtoull(limit, NULL, 10)) ? fail(NULL, 1) : 0;
-    /* truncated in place, once checked: an existing file keeps its mode, owner and group */
-    if ((target >= 0 && ftruncate(fd, 0) != 0) || copy_stdin(fd) != 0) return fail(NULL, 1);
+    /* written in place, once checked: an existing file keeps its mode, owner and group */
+    if (copy_stdin(fd) != 0) return fail(NULL, 1);
     char real[4096];
-    if (close(fd) != 0 || fd_path(dir, real, sizeof real) != 0) return fail(NULL, 1);
-    printf("%s%s%s\n", real, strcmp(real, "/") ? "/" : "", name); /* where it was written */
+    if (fd_path(fd, real, sizeof real) != 0 || close(fd) != 0) return fail(NULL, 1);
+    printf("%s\n", real); /* where it was written */
     return 0;
 }
 
