@@ -73,6 +73,8 @@ class AgentFiles(ABC):
         result = self._file_action(
             "read", path, str(limit), user=user, max_output=limit + _MESSAGE, channel=channel
         )
+        if result.truncated:
+            raise SandboxError(f"{path}: reading it failed (its answer was cut)")
         return result.data[:max_bytes], len(result.data) > max_bytes
 
     def write_file(
@@ -111,14 +113,13 @@ class AgentFiles(ABC):
             workdir="/",
             stdin=stdin,
         )
-        if result.exit_code == 0 and not result.truncated:
+        if result.exit_code == 0:
             return result
         message = result.output.strip()
         if result.exit_code == 3:
             raise PathEscapeError(f"{path!r} resolves to {message}, outside the working directory")
         problem = {
             None: f"{op} timed out",
-            0: "its answer was cut",
             4: "no such file or folder" if op != "write" else "cannot create its folder",
             5: "is a directory",
             6: "not a regular file",
