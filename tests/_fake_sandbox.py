@@ -67,9 +67,9 @@ class FakeSandbox(MemorySandbox):
 
     def write_file(
         self, path: str, data: bytes, *, user: str | None = None, channel: bool = False
-    ) -> None:
+    ) -> str:
         self.calls.append(("write_file", (path, user)))
-        super().write_file(path, data, user=user, channel=channel)
+        return super().write_file(path, data, user=user, channel=channel)
 
     def remove(self) -> None:
         self.removals += 1

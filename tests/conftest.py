@@ -29,7 +29,7 @@ BASE_IMAGES = ("debian:bookworm-slim", "python:3.12-slim")
 
 
 CHANNEL_VARIABLE = "HARBOR_OPENENV_EXEC_CHANNEL"
-AGENT_ACTIONS = ("exec", "confine", "read_file", "write_file", "list_dir")
+AGENT_ACTIONS = ("exec", "read_file", "write_file", "list_dir")
 
 
 def pytest_addoption(parser):

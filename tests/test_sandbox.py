@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from harbor_openenv.sandbox import Sandbox, SandboxError, TooLargeError
+from harbor_openenv.sandbox import PathEscapeError, Sandbox, SandboxError, TooLargeError
 
 pytestmark = pytest.mark.docker
 
@@ -83,21 +83,91 @@ def test_export_stops_at_its_budget(bare_sandbox):
 
 
 @pytest.mark.parametrize("user", ["root", "nobody"])
-def test_write_keeps_an_existing_files_mode_and_owner(bare_sandbox, user):
+def test_write_keeps_an_existing_files_mode_owner_and_group(bare_sandbox, user):
     fill(
         bare_sandbox,
-        "mkdir -p /work/w && chmod 777 /work/w && cd /work/w && rm -f run.sh new.txt"
-        " && printf 'old' > run.sh && chmod 755 run.sh"
-        + (" && chown nobody run.sh" if user == "nobody" else ""),
+        "rm -rf /work/w && mkdir -p /work/w && chmod 777 /work/w && cd /work/w"
+        " && printf 'old content, longer than the new' > run.sh && chmod 775 run.sh"
+        + (" && chown nobody:users run.sh" if user == "nobody" else " && chgrp users run.sh"),
     )
-    bare_sandbox.write_file("/work/w/run.sh", b"#!/bin/sh\necho new\n", user=user)
+    written = bare_sandbox.write_file("w/run.sh", b"#!/bin/sh\necho new\n", user=user)
+    assert written == "/work/w/run.sh"
     bare_sandbox.write_file("/work/w/new.txt", b"fresh\n", user=user)
-    stat = bare_sandbox.exec_root("stat -c '%n %a %U' /work/w/run.sh /work/w/new.txt")
-    assert stat.output.split("\n")[:2] == [
-        f"/work/w/run.sh 755 {user}",
-        f"/work/w/new.txt 644 {user}",  # the exec's umask, 022
+    bare_sandbox.write_file("/work/w/p/q/deep.txt", b"deep\n", user=user)
+    stat = bare_sandbox.exec_root(
+        "cd /work/w && stat -c '%n %a %U %G' run.sh new.txt p p/q p/q/deep.txt"
+    )
+    group = "nogroup" if user == "nobody" else "root"
+    assert stat.output.split("\n")[:5] == [
+        f"run.sh 775 {user} users",  # the same inode, truncated in place
+        f"new.txt 644 {user} {group}",  # the exec's umask, 022
+        f"p 755 {user} {group}",  # parent folders made for the write
+        f"p/q 755 {user} {group}",
+        f"p/q/deep.txt 644 {user} {group}",
     ]
     assert bare_sandbox.exec("/work/w/run.sh", timeout_s=10, max_output=100).output == "new\n"
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_read_and_write_carry_every_byte_value(bare_sandbox, user):
+    fill(bare_sandbox, "rm -rf /work/b && mkdir -p /work/b && chmod 777 /work/b")
+    data = bytes(range(256)) * 3 + b"\xff\xfe invalid UTF-8 \xc3("
+    bare_sandbox.write_file("b/all.bin", data, user=user)
+    assert bare_sandbox.read_file("b/all.bin", max_bytes=len(data), user=user) == (data, False)
+    assert bare_sandbox.read_file("b/all.bin", max_bytes=300, user=user) == (data[:300], True)
+    copy = bare_sandbox.exec_root("od -An -v -tx1 /work/b/all.bin | tr -d ' \n'")
+    assert copy.output == data.hex()
+    bare_sandbox.write_file("b/empty", b"", user=user)
+    assert bare_sandbox.read_file("b/empty", max_bytes=10, user=user) == (b"", False)
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_paths_through_symlinks_leaving_the_workdir_are_refused(bare_sandbox, user):
+    fill(bare_sandbox, "echo secret > /root-only && chmod 644 /root-only")
+    setup = (
+        "rm -rf /work/l /nowhere && mkdir -p /work/l/d && cd /work/l && echo inside > d/f"
+        " && ln -s /etc etc && ln -s /root-only file && ln -s /nowhere/new dangling"
+        " && ln -s ../l/d inner && ln -s new.txt fresh && chmod -R 777 /work/l"
+    )
+    assert bare_sandbox.exec_root(setup).exit_code == 0
+    with pytest.raises(PathEscapeError, match="'l/etc/passwd' resolves to /etc/passwd, outside"):
+        bare_sandbox.read_file("l/etc/passwd", max_bytes=100, user=user)
+    with pytest.raises(PathEscapeError, match="resolves to /root-only"):
+        bare_sandbox.read_file("l/file", max_bytes=100, user=user)
+    with pytest.raises(PathEscapeError, match="resolves to /etc,"):
+        bare_sandbox.list_dir("l/etc", user=user)
+    with pytest.raises(PathEscapeError, match="resolves to /nowhere/new,"):
+        bare_sandbox.write_file("l/dangling", b"x", user=user)  # a dangling link out
+    with pytest.raises(PathEscapeError, match="resolves to /etc/made/here,"):
+        bare_sandbox.write_file("/work/l/etc/made/here", b"x", user=user)
+    with pytest.raises(PathEscapeError):
+        bare_sandbox.read_file("../etc/passwd", max_bytes=100, user=user)  # lexical
+    left = bare_sandbox.exec_root("ls -d /nowhere /etc/made 2>&1; cat /root-only")
+    assert "No such file" in left.output and left.output.count("No such file") == 2
+    assert left.output.endswith("secret\n")
+    # Links that stay inside are followed, a dangling one to a new file included.
+    assert bare_sandbox.read_file("l/inner/f", max_bytes=100, user=user) == (b"inside\n", False)
+    assert bare_sandbox.write_file("l/fresh", b"new\n", user=user) == "/work/l/new.txt"
+    assert "new.txt" in bare_sandbox.list_dir("/work/l", user=user)
+    with pytest.raises(SandboxError, match="l/d: is a directory"):
+        bare_sandbox.read_file("l/d", max_bytes=10, user=user)
+    with pytest.raises(SandboxError, match="l/nothing: no such file or folder"):
+        bare_sandbox.read_file("l/nothing", max_bytes=10, user=user)
+
+
+def test_file_actions_need_no_shell_or_coreutils(bare_sandbox):
+    """The helper does read and write alone (list runs the image's ``ls``)."""
+    hide = "for p in dash bash cat head base64; do mv /usr/bin/$p /usr/bin/$p.off; done"
+    assert bare_sandbox.exec_root(hide).exit_code == 0
+    try:
+        assert bare_sandbox.write_file("alone.txt", b"no shell\n") == "/work/alone.txt"
+        assert bare_sandbox.read_file("alone.txt", max_bytes=100) == (b"no shell\n", False)
+    finally:
+        for name in ("dash", "bash", "cat", "head", "base64"):
+            restore = ["/usr/bin/mv", f"/usr/bin/{name}.off", f"/usr/bin/{name}"]
+            bare_sandbox.run(
+                restore, timeout_s=10, max_output=100, user="root", env={}, workdir="/"
+            )
 
 
 def test_writes_run_as_the_agents_user(bare_sandbox):

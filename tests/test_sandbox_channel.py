@@ -16,7 +16,7 @@ from conftest import exec_channel_on
 
 from harbor_openenv import helper
 from harbor_openenv.sandbox import ExecResult, Sandbox
-from harbor_openenv.sandbox.channel import ChannelBusy, request
+from harbor_openenv.sandbox.channel import Channel, ChannelBusy, request
 from harbor_openenv.sandbox.memory import MemorySandbox
 
 pytestmark = pytest.mark.docker
@@ -107,12 +107,36 @@ def test_a_timeout_kills_every_process_of_the_command(box, user, channel):
 
 def test_files_cross_the_channel_byte_for_byte(box):
     data = bytes(range(256)) * 4096  # 1 MiB, every byte value
-    box.write_file("/work/blob.bin", data, channel=True)
-    path = box.confine("blob.bin", channel=True)
-    assert box.read_file(path, max_bytes=len(data), channel=True) == (data, False)
-    assert box.read_file(path, max_bytes=1000, channel=True) == (data[:1000], True)
+    assert box.write_file("blob.bin", data, channel=True) == "/work/blob.bin"
+    assert box.read_file("blob.bin", max_bytes=len(data), channel=True) == (data, False)
+    assert box.read_file("/work/blob.bin", max_bytes=1000, channel=True) == (data[:1000], True)
     assert "blob.bin" in box.list_dir("/work", channel=True)
     assert box.channel.failed is None and len(servers(box)) == 1
+
+
+@pytest.mark.parametrize("channel", [True, False])
+def test_a_file_action_is_one_round_trip(box, monkeypatch, channel):
+    """read, write and list: one channel request each, or one engine exec each (no second
+    round trip to resolve the path first)."""
+    box.exec("true", timeout_s=10, max_output=100, channel=True)  # the channel is open
+    trips: list[str] = []
+    engine, request_ = box.run, Channel.run
+
+    def through_engine(*args, **kwargs):
+        trips.append("engine")
+        return engine(*args, **kwargs)
+
+    def through_channel(self, *args, **kwargs):
+        trips.append("channel")
+        return request_(self, *args, **kwargs)
+
+    monkeypatch.setattr(box, "run", through_engine)
+    monkeypatch.setattr(Channel, "run", through_channel)
+    data = bytes(range(256)) * 16  # 4 KiB, every byte value
+    assert box.write_file("four-k.bin", data, channel=channel) == "/work/four-k.bin"
+    assert box.read_file("four-k.bin", max_bytes=4096, channel=channel) == (data, False)
+    assert "four-k.bin" in box.list_dir(".", channel=channel)
+    assert trips == ["channel" if channel else "engine"] * 3
 
 
 @pytest.mark.parametrize("user", ["root", "nobody"])

@@ -6,8 +6,8 @@ test_hardening.py, test_pool.py, ...); these pin down the shared logic alone, fa
 
 from __future__ import annotations
 
-import base64
 import io
+import shlex
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -159,37 +159,53 @@ def test_export_path_copies_a_folder_within_its_budget():
 # -- the confined file actions as the base class runs them (a real backend's path) -------------
 
 
-def test_confine_refuses_a_symlink_resolving_outside_the_workdir():
-    sandbox = MemorySandbox(Recorder(ExecResult(0, "/etc/passwd\n")), workdir="/app")
-    with pytest.raises(PathEscapeError, match="resolves to /etc/passwd"):
-        Sandbox.confine(sandbox, "link")
-    with pytest.raises(PathEscapeError):
-        Sandbox.confine(sandbox, "../etc/passwd")  # lexical: no command runs
-    assert MemorySandbox(Recorder(ExecResult(0, "/app/a\n"))).confine("a") == "/app/a"
-
-
-def test_read_file_decodes_and_cuts_at_max_bytes():
-    handler = Recorder(ExecResult(0, base64.b64encode(b"hello").decode()))
+def test_a_file_action_is_one_run_of_the_helper_as_the_agent():
+    handler = Recorder(ExecResult(0, "\ufffd", raw=b"hel\xfflo"))
     sandbox = MemorySandbox(handler, workdir="/app")
-    assert Sandbox.read_file(sandbox, "/app/f", max_bytes=4, user="agent") == (b"hell", True)
-    command, user, _, _ = handler.calls[0]
-    assert command == load_script("file-action") and user == "agent"
+    assert Sandbox.read_file(sandbox, "f", max_bytes=4, user="agent") == (b"hel\xff", True)
+    assert [call[:2] for call in handler.calls] == [
+        (shlex.join([helper.HELPER, "file", "read", "/app", "/app/f", "5"]), "agent")
+    ]
+    handler = Recorder(default=ExecResult(0, "/real/app/d/new\n"))
+    sandbox = MemorySandbox(handler, workdir="/app")
+    assert Sandbox.write_file(sandbox, "d/new", b"x") == "/real/app/d/new"
+    assert Sandbox.list_dir(sandbox, "/app/d") == "/real/app/d/new\n"
+    assert [call[0].split()[1:] for call in handler.calls] == [
+        ["file", "write", "/app", "/app/d/new"],
+        ["file", "list", "/app", "/app/d"],
+    ]
+
+
+def test_a_path_leaving_the_workdir_lexically_runs_nothing():
+    handler = Recorder()
+    with pytest.raises(PathEscapeError, match="outside the working directory"):
+        Sandbox.read_file(MemorySandbox(handler, workdir="/app"), "../etc/passwd", max_bytes=1)
+    assert handler.calls == []
 
 
 @pytest.mark.parametrize(
-    ("code", "error", "message"),
+    ("code", "output", "error", "message"),
     [
-        (3, PathEscapeError, "was moved outside the working directory"),
-        (4, SandboxError, "no such file or folder"),
-        (5, SandboxError, "is a directory"),
-        (6, SandboxError, "not a regular file"),
-        (None, SandboxError, "read timed out"),
+        (3, "/etc/passwd\n", PathEscapeError, "'f' resolves to /etc/passwd, outside the"),
+        (4, "", SandboxError, "f: no such file or folder"),
+        (5, "", SandboxError, "f: is a directory"),
+        (6, "", SandboxError, "f: not a regular file"),
+        (1, "Permission denied\n", SandboxError, "f: Permission denied"),
+        (None, "", SandboxError, "f: read timed out"),
     ],
 )
-def test_file_action_errors_name_the_path(code: int | None, error: type[Exception], message: str):
-    sandbox = MemorySandbox(Recorder(ExecResult(code, "")), workdir="/app")
+def test_file_action_errors_name_the_path(
+    code: int | None, output: str, error: type[Exception], message: str
+):
+    sandbox = MemorySandbox(Recorder(ExecResult(code, output)), workdir="/app")
     with pytest.raises(error, match=message):
-        Sandbox.read_file(sandbox, "/app/f", max_bytes=10)
+        Sandbox.read_file(sandbox, "f", max_bytes=10)
+
+
+def test_a_read_whose_answer_was_cut_is_an_error():
+    sandbox = MemorySandbox(Recorder(ExecResult(0, "x" * 5000)), workdir="/app")
+    with pytest.raises(SandboxError, match="its answer was cut"):
+        Sandbox.read_file(sandbox, "f", max_bytes=10, channel=False)
 
 
 # -- the fake's own file actions, as tests of code above the interface use them -----------------
@@ -197,14 +213,13 @@ def test_file_action_errors_name_the_path(code: int | None, error: type[Exceptio
 
 def test_the_fake_keeps_its_files_confined_to_the_workdir():
     sandbox = MemorySandbox(Recorder(), workdir="/app", files={"/app/d/a.txt": b"abc"})
-    path = sandbox.confine("d/new.txt")
-    sandbox.write_file(path, b"new")
-    assert sandbox.read_file(path, max_bytes=2) == (b"ne", True)
-    assert sandbox.list_dir(sandbox.confine("d")) == "a.txt\nnew.txt\n"
+    assert sandbox.write_file("d/new.txt", b"new") == "/app/d/new.txt"
+    assert sandbox.read_file("d/new.txt", max_bytes=2) == (b"ne", True)
+    assert sandbox.list_dir("d") == "a.txt\nnew.txt\n"
     with pytest.raises(SandboxError, match="is a directory"):
         sandbox.read_file("/app/d", max_bytes=10)
     with pytest.raises(PathEscapeError):
-        sandbox.confine("../etc/passwd")
+        sandbox.write_file("../etc/passwd", b"")
     with pytest.raises(PathEscapeError):
         sandbox.read_file("/etc/passwd", max_bytes=10)
     sandbox.remove()

@@ -41,9 +41,11 @@ def exec_command(episode: Episode, action: HarborAction) -> HarborObservation:
 def read_file(episode: Episode, action: HarborAction) -> HarborObservation:
     """A file's content: UTF-8 text, else base64."""
     sandbox, user, channel = episode.sandbox, episode.agent_user, _channel(episode)
-    path = sandbox.confine(_need(action.path, "read"), user=user, channel=channel)
     data, cut = sandbox.read_file(
-        path, max_bytes=episode.runtime.settings.max_read_bytes, user=user, channel=channel
+        _need(action.path, "read"),
+        max_bytes=episode.runtime.settings.max_read_bytes,
+        user=user,
+        channel=channel,
     )
     try:
         text, encoding = data.decode("utf-8"), "utf-8"
@@ -69,16 +71,15 @@ def write_file(episode: Episode, action: HarborAction) -> HarborObservation:
             " (HARBOR_OPENENV_MAX_WRITE_BYTES); write large files with exec"
         )
     sandbox, user, channel = episode.sandbox, episode.agent_user, _channel(episode)
-    path = sandbox.confine(_need(action.path, "write"), user=user, channel=channel)
-    sandbox.write_file(path, data, user=user, channel=channel)
+    path = sandbox.write_file(_need(action.path, "write"), data, user=user, channel=channel)
     return episode.observe("write", output=f"wrote {len(data)} bytes to {path}")
 
 
 def list_dir(episode: Episode, action: HarborAction) -> HarborObservation:
     """A folder's entries."""
     sandbox, user, channel = episode.sandbox, episode.agent_user, _channel(episode)
-    path = sandbox.confine(action.path or ".", user=user, channel=channel)
-    return episode.observe("list", output=sandbox.list_dir(path, user=user, channel=channel))
+    listing = sandbox.list_dir(action.path or ".", user=user, channel=channel)
+    return episode.observe("list", output=listing)
 
 
 def _channel(episode: Episode) -> bool:

@@ -156,6 +156,7 @@ class Channel:
             output.decode("utf-8", errors="replace"),
             truncated=bool(flags & _TRUNCATED),
             timed_out=bool(flags & _TIMED_OUT),
+            raw=output,
         )
 
     def _need(self, count: int, deadline: float) -> None:

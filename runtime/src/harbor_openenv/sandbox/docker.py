@@ -243,8 +243,9 @@ class DockerSandbox(Sandbox):
         finally:
             sock.close()
         exit_code = None if timed_out else self._exit_code(exec_id)
-        output = b"".join(chunks).decode("utf-8", errors="replace")
-        return ExecResult(exit_code, output, truncated, timed_out)
+        raw_output = b"".join(chunks)
+        output = raw_output.decode("utf-8", errors="replace")
+        return ExecResult(exit_code, output, truncated, timed_out, raw_output)
 
     def _exit_code(self, exec_id: str) -> int | None:
         """The exit code of an exec whose output has ended. The engine records it a moment

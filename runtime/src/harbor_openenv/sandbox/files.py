@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import base64
 import functools
 import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from importlib import resources
 
+from .. import helper
 from .errors import PathEscapeError, SandboxError
 from .result import ExecResult
 
@@ -17,7 +17,7 @@ from .result import ExecResult
 def resolve_within(workdir: str, path: str) -> str:
     """``path`` (relative to ``workdir`` or absolute) normalised, if it stays inside ``workdir``.
 
-    Lexical only; :meth:`Sandbox.confine` also resolves symlinks inside the sandbox.
+    Lexical only; the helper's file actions also resolve symlinks inside the sandbox.
     """
     if not path or "\x00" in path:
         raise PathEscapeError(f"invalid path {path!r}")
@@ -26,6 +26,9 @@ def resolve_within(workdir: str, path: str) -> str:
     if not inside(root, joined):
         raise PathEscapeError(f"{path!r} is outside the working directory {root}")
     return joined
+
+
+_MESSAGE = 4096  # room in a read's output for the helper's error message
 
 
 def inside(root: str, path: str) -> bool:
@@ -39,8 +42,11 @@ def load_script(name: str) -> str:
 
 
 class AgentFiles(ABC):
-    """confine, read, write and list, on :meth:`_run_for` (the sandbox's run, through the exec
-    channel when ``channel``)."""
+    """read, write and list, each one run of the runtime's helper (``helper file``, see
+    ``helper/helper.c``) as the agent's user on :meth:`_run_for` (the sandbox's run, through the
+    exec channel when ``channel``, the agent's own action): the helper resolves the path inside
+    the sandbox, symlinks included, refuses a result outside the real working directory, and
+    acts on what it opened, in one round trip."""
 
     workdir: str  # the agent's working directory, as given
     _real_workdir: str  # the same, resolved by prepare
@@ -59,49 +65,29 @@ class AgentFiles(ABC):
         stdin: bytes | None = None,
     ) -> ExecResult: ...
 
-    def confine(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
-        """Resolve an agent path inside the sandbox as ``user`` (None: the sandbox's own),
-        symlinks included, refusing escapes. ``channel`` here and in the file actions below: the
-        agent's own action, which may use the exec channel."""
-        lexical = resolve_within(self.workdir, path)
-        result = self._run_for(
-            channel,
-            ["sh", "-c", load_script("realpath"), "sh", lexical],
-            timeout_s=60,
-            max_output=1 << 16,
-            user=user or "",
-            env={},
-            workdir="/",
-        )
-        if result.exit_code != 0:
-            raise SandboxError(f"cannot resolve {path!r}: {result.output.strip()}")
-        real = posixpath.normpath(result.output.strip())
-        if not inside(self._real_workdir, real):
-            raise PathEscapeError(f"{path!r} resolves to {real}, outside the working directory")
-        return real
-
     def read_file(
         self, path: str, *, max_bytes: int, user: str | None = None, channel: bool = False
     ) -> tuple[bytes, bool]:
         """The bytes of the regular file at ``path`` (at most ``max_bytes``), and whether cut."""
         limit = max_bytes + 1
         result = self._file_action(
-            "read", path, str(limit), user=user, max_output=limit * 3 // 2 + 1024, channel=channel
+            "read", path, str(limit), user=user, max_output=limit + _MESSAGE, channel=channel
         )
         if result.truncated:
-            raise SandboxError(f"{path}: reading it failed (its encoded copy was cut)")
-        data = base64.b64decode(result.output)
-        return data[:max_bytes], len(data) > max_bytes
+            raise SandboxError(f"{path}: reading it failed (its answer was cut)")
+        return result.data[:max_bytes], len(result.data) > max_bytes
 
     def write_file(
         self, path: str, data: bytes, *, user: str | None = None, channel: bool = False
-    ) -> None:
+    ) -> str:
         """Write ``data`` to ``path`` as ``user``, creating parent folders inside the working
-        directory; an existing file keeps its mode, owner and group."""
-        self._file_action("write", path, user=user, stdin=data, channel=channel)
+        directory; an existing file keeps its mode, owner and group. Returns the real path
+        written."""
+        written = self._file_action("write", path, user=user, stdin=data, channel=channel)
+        return written.output.strip()
 
     def list_dir(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
-        """``ls -la`` of the folder at ``path`` (of the entry itself when not a folder)."""
+        """``ls -la`` of the folder at ``path`` (``ls -lad`` of the entry when not a folder)."""
         return self._file_action("list", path, user=user, channel=channel).output
 
     def _file_action(
@@ -114,13 +100,12 @@ class AgentFiles(ABC):
         stdin: bytes | None = None,
         channel: bool = False,
     ) -> ExecResult:
-        """Run ``scripts/file-action.sh`` as ``user`` on a path :meth:`confine` returned; errors
-        name ``path``."""
-        root = self._real_workdir
-        folder, name = (path, ".") if path == root else posixpath.split(path)
+        """``helper file op`` as ``user`` (None: the sandbox's own) on ``path`` (relative to the
+        working directory or absolute); errors name ``path``."""
+        lexical = resolve_within(self.workdir, path)
         result = self._run_for(
             channel,
-            ["sh", "-c", load_script("file-action"), "sh", root, folder, op, name, *args],
+            [helper.HELPER, "file", op, self._real_workdir, lexical, *args],
             timeout_s=60,
             max_output=max_output,
             user=user or "",
@@ -130,12 +115,13 @@ class AgentFiles(ABC):
         )
         if result.exit_code == 0:
             return result
+        message = result.output.strip()
         if result.exit_code == 3:
-            raise PathEscapeError(f"{path} was moved outside the working directory {root}")
+            raise PathEscapeError(f"{path!r} resolves to {message}, outside the working directory")
         problem = {
             None: f"{op} timed out",
             4: "no such file or folder" if op != "write" else "cannot create its folder",
             5: "is a directory",
             6: "not a regular file",
         }.get(result.exit_code)
-        raise SandboxError(f"{path}: {problem or result.output.strip() or op + ' failed'}")
+        raise SandboxError(f"{path}: {problem or message or op + ' failed'}")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO
 
 from .base import Archive, Sandbox
-from .errors import PathEscapeError, SandboxError
+from .errors import SandboxError
 from .files import inside, resolve_within
 from .result import ExecResult
 
@@ -103,13 +103,11 @@ class MemorySandbox(Sandbox):
 
     # -- the agent's files, on the dict --------------------------------------------------------
 
-    def confine(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
-        return resolve_within(self.workdir, path)
-
     def read_file(
         self, path: str, *, max_bytes: int, user: str | None = None, channel: bool = False
     ) -> tuple[bytes, bool]:
-        data = self.files.get(self._inside(path))
+        path = resolve_within(self.workdir, path)
+        data = self.files.get(path)
         if data is None:
             problem = "is a directory" if self._is_dir(path) else "no such file or folder"
             raise SandboxError(f"{path}: {problem}")
@@ -117,14 +115,16 @@ class MemorySandbox(Sandbox):
 
     def write_file(
         self, path: str, data: bytes, *, user: str | None = None, channel: bool = False
-    ) -> None:
-        if self._is_dir(self._inside(path)):
+    ) -> str:
+        path = resolve_within(self.workdir, path)
+        if self._is_dir(path):
             raise SandboxError(f"{path}: is a directory")
         self.files[path] = data
+        return path
 
     def list_dir(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
         """The names below ``path``, one a line (not ``ls -la``'s format)."""
-        path = self._inside(path)
+        path = resolve_within(self.workdir, path)
         if path in self.files:
             return posixpath.basename(path) + "\n"
         names = {
@@ -135,11 +135,6 @@ class MemorySandbox(Sandbox):
         if not names and path != self._real_workdir:
             raise SandboxError(f"{path}: no such file or folder")
         return "".join(f"{name}\n" for name in sorted(names))
-
-    def _inside(self, path: str) -> str:
-        if not inside(self._real_workdir, path):
-            raise PathEscapeError(f"{path} was moved outside the working directory {self.workdir}")
-        return path
 
     def _is_dir(self, path: str) -> bool:
         return any(inside(path, name) and name != path for name in self.files)
