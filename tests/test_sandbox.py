@@ -3,13 +3,15 @@ user, the helper's stop, and docker-py's exec stream."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from harbor_openenv.sandbox import Sandbox, SandboxError, TooLargeError
+from harbor_openenv.sandbox import EngineRead, Sandbox, SandboxError, TooLargeError
 
 pytestmark = pytest.mark.docker
 
@@ -71,6 +73,53 @@ def test_engine_reads_refuse_links_and_oversized_files_before_reading(bare_sandb
     with pytest.raises(TooLargeError):
         bare_sandbox.read_engine_file(f"{OUT}/sparse.json", limit=100, tail=True)
     assert time.monotonic() - start < 2  # refused from its size, not read through
+
+
+def read_bytes() -> int:
+    """Bytes this process has read so far, sockets included (``rchar``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def test_a_folder_read_answers_as_reads_one_by_one(bare_sandbox):
+    """One engine read of the folder gives what reading each name alone gives: regular files,
+    their tails, absent names, links and folders (refused), hard links (a tar of the folder
+    holds them as links: read alone), sparse files over the limit (refused by size)."""
+    fill(
+        bare_sandbox,
+        "seq 1 100000 > out.txt && printf 1 > a && ln a hard && printf 2 > regular"
+        " && ln -s a soft && mkdir folder && truncate -s 8G sparse",
+    )
+    names = {name: 100 for name in ("out.txt", "hard", "regular", "soft", "folder", "sparse")}
+    names["absent"] = 100
+    before = read_bytes()
+    together = bare_sandbox.read_engine_files(OUT, names, tails=("out.txt",))
+    assert read_bytes() - before < 1 << 24  # the 8 GiB file was never streamed
+    for name, limit in names.items():
+        alone = EngineRead.attempt(
+            functools.partial(
+                bare_sandbox.read_engine_file, f"{OUT}/{name}", limit=limit, tail=name == "out.txt"
+            )
+        )
+        assert (together[name].data, str(together[name].error)) == (
+            alone.data,
+            str(alone.error),
+        ), name
+    assert together["out.txt"].data == "".join(f"{i}\n" for i in range(1, 100001)).encode()[-100:]
+    assert (together["hard"].data, together["regular"].data) == (b"1", b"2")
+    assert together["absent"].get() is None
+    assert "not a regular file" in str(together["soft"].error)
+    assert "8589934592 bytes" in str(together["sparse"].error)
+
+
+def test_a_folder_read_leaves_a_huge_other_file_unread(bare_sandbox):
+    fill(bare_sandbox, "truncate -s 8G a-huge.log && printf 0.5 > reward.txt")
+    before = read_bytes()
+    found = bare_sandbox.read_engine_files(OUT, {"reward.txt": 100, "reward.json": 100})
+    assert read_bytes() - before < 1 << 24
+    assert (found["reward.txt"].get(), found["reward.json"].get()) == (b"0.5", None)
 
 
 def test_export_stops_at_its_budget(bare_sandbox):

@@ -13,11 +13,12 @@ go through it while it works; everything else, and every action once it failed, 
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import time
 import uuid
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from .result import ExecResult
 KEEPER = ("sh", "-c", "sleep infinity")
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
+FOLDER_SKIP_BYTES = 1 << 20  # what a folder read streams through besides the files it keeps
 # Prepare arguments for the helper: the verifier's user, its output folder, the tests folder and
 # "stage" (empty it for tests to be uploaded) or "keep" (the image brings them).
 VerifierDirs = tuple[str, str, str, str]
@@ -68,6 +70,28 @@ class Archive:
 
     size: int
     stream: IO[bytes]
+
+
+@dataclass(frozen=True)
+class EngineRead:
+    """A file read through the engine: its bytes (None: absent), or why it could not be read."""
+
+    data: bytes | None
+    error: SandboxError | None = None
+
+    @classmethod
+    def attempt(cls, read: Callable[[], bytes | None]) -> EngineRead:
+        """What ``read`` gives, or the :class:`SandboxError` it raises."""
+        try:
+            return cls(read())
+        except SandboxError as exc:
+            return cls(None, exc)
+
+    def get(self) -> bytes | None:
+        """The bytes (None: absent); raises the error if there was one."""
+        if self.error is not None:
+            raise self.error
+        return self.data
 
 
 class Sandbox(AgentFiles):
@@ -350,8 +374,50 @@ class Sandbox(AgentFiles):
             if found is None:
                 return None
             if found.size > (TAIL_SCAN_BYTES if tail else limit):
-                raise TooLargeError(f"{path} is {found.size} bytes, over the limit of {limit}")
+                raise _too_large(path, found.size, limit)
             return archives.last_bytes(found.stream, path, limit)
+
+    def read_engine_files(
+        self, folder: str, limits: Mapping[str, int], *, tails: Collection[str] = ()
+    ) -> dict[str, EngineRead]:
+        """The files ``limits`` names directly inside ``folder``, each as :meth:`read_engine_file`
+        reads it with its limit (by its tail for the names in ``tails``), in one engine read of
+        the folder where that can answer.
+
+        That read keeps the named regular files and streams through at most
+        :data:`FOLDER_SKIP_BYTES` of anything else (other files, nested ones, oversized named
+        ones, whose size alone answers). A name that is not a regular file there (a link, a hard
+        link, a folder) is read alone; so are the names left open when the folder is not one or
+        the read stopped at that bound.
+        """
+        wanted = {
+            name: (limit, TAIL_SCAN_BYTES if name in tails else limit)
+            for name, limit in limits.items()
+        }
+        kept: dict[str, bytes | int | None] = {}
+        try:
+            with self.download(folder) as found:
+                kept, whole = (
+                    archives.folder_files(
+                        found.stream, posixpath.basename(folder), wanted, skip=FOLDER_SKIP_BYTES
+                    )
+                    if found is not None
+                    else ({}, True)
+                )
+        except SandboxError:
+            whole = False  # the reads one by one say what is wrong
+        reads = {}
+        for name, limit in limits.items():
+            path, data = f"{folder}/{name}", kept.get(name)
+            if isinstance(data, int):
+                reads[name] = EngineRead(None, _too_large(path, data, limit))
+            elif data is not None or (whole and name not in kept):
+                reads[name] = EngineRead(data)
+            else:
+                reads[name] = EngineRead.attempt(
+                    functools.partial(self.read_engine_file, path, limit=limit, tail=name in tails)
+                )
+        return reads
 
     def export_path(self, path: str, target: IO[bytes], *, budget: int) -> bool:
         """Stream a tar of ``path`` (file or folder, named by its basename) into ``target``,
@@ -362,6 +428,10 @@ class Sandbox(AgentFiles):
                 return False
             archives.copy_regular(found.stream, target, path=path, budget=budget)
         return True
+
+
+def _too_large(path: str, size: int, limit: int) -> TooLargeError:
+    return TooLargeError(f"{path} is {size} bytes, over the limit of {limit}")
 
 
 def _no_process_slot(result: ExecResult) -> bool:

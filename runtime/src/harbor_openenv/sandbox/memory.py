@@ -85,6 +85,10 @@ class MemorySandbox(Sandbox):
         buffer = io.BytesIO()
         top = posixpath.dirname(path)
         with tarfile.open(fileobj=buffer, mode="w") as archive:
+            if path not in self.files:  # a folder: its own entry first, as the engine sends it
+                folder = tarfile.TarInfo(posixpath.basename(path))
+                folder.type = tarfile.DIRTYPE
+                archive.addfile(folder)
             for name, data in sorted(below.items()):
                 info = tarfile.TarInfo(posixpath.relpath(name, top))
                 info.size = len(data)
