@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import http.client
+import io
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -120,6 +122,35 @@ def test_a_folder_read_leaves_a_huge_other_file_unread(bare_sandbox):
     found = bare_sandbox.read_engine_files(OUT, {"reward.txt": 100, "reward.json": 100})
     assert read_bytes() - before < 1 << 24
     assert (found["reward.txt"].get(), found["reward.json"].get()) == (b"0.5", None)
+
+
+def test_exec_after_stages_before_the_command_and_gives_it_no_input(bare_sandbox):
+    fill(bare_sandbox, "true")
+    staged = lambda: bare_sandbox.upload(OUT, pack_one("staged.txt", b"here"))  # noqa: E731
+    run = bare_sandbox.exec(
+        f"cat {OUT}/staged.txt; readlink /proc/self/fd/0",
+        timeout_s=30,
+        max_output=100,
+        after=staged,
+    )
+    assert (run.exit_code, run.output) == (0, "here/dev/null\n")
+
+    def broken() -> None:
+        raise SandboxError("staging failed")
+
+    with pytest.raises(SandboxError, match="staging failed"):
+        bare_sandbox.exec(f"touch {OUT}/ran", timeout_s=30, max_output=100, after=broken)
+    time.sleep(0.5)  # had the shell gone on, its touch would be done by now
+    assert bare_sandbox.read_engine_file(f"{OUT}/ran", limit=10) is None
+
+
+def pack_one(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 def test_export_stops_at_its_budget(bare_sandbox):

@@ -60,6 +60,32 @@ def test_exec_output_is_cut_at_max_output():
     assert result.truncated and result.output == "x" * 10
 
 
+def test_exec_after_does_its_work_before_the_command_and_never_uses_the_channel():
+    events: list[str] = []
+
+    def handler(command: str, user: str, env: Mapping[str, str], workdir: str) -> ExecResult:
+        events.append(command)
+        return OK
+
+    class NoChannel(MemorySandbox):
+        def open_channel(self, user: str) -> None:
+            raise AssertionError("the exec channel was asked")
+
+    sandbox = NoChannel(handler)
+    sandbox.exec(
+        "/tests/test.sh", timeout_s=1, max_output=10, after=lambda: events.append("staged")
+    )
+    assert events == ["staged", "IFS= read -r _ || exit; exec </dev/null; /tests/test.sh"]
+
+    def broken() -> None:
+        raise SandboxError("staging failed")
+
+    events.clear()
+    with pytest.raises(SandboxError, match="staging failed"):
+        sandbox.exec("/tests/test.sh", timeout_s=1, max_output=10, after=broken, channel=True)
+    assert events == []  # the command never ran
+
+
 def test_prepare_reads_the_workdir_its_real_path_and_the_baseline():
     sandbox = MemorySandbox(Recorder(ExecResult(0, "/img\n/real/img\n1 7\n")))
     sandbox.prepare(None)

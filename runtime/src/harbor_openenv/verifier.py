@@ -70,8 +70,8 @@ class Verifier:
     def verify(self, sandbox: Sandbox, *, bundled: bool = False) -> Verdict:
         """Stop every process the agent (or an earlier verifier) started and hand a fresh
         /logs/verifier to the verifier's user, with the runtime's helper; stage the tests unless
-        ``bundled``; run test.sh; read the reward files and the output's tail through the
-        engine, in one read of the folder."""
+        ``bundled`` (while the engine starts the shell that then runs test.sh); run test.sh; read
+        the reward files and the output's tail through the engine, in one read of the folder."""
         task, step = self.task, self.step
         folders = [] if bundled else [task.tests_dir()]
         if step is not None and not bundled:
@@ -83,14 +83,18 @@ class Verifier:
         sandbox.stop_processes(
             prepare=(owner, VERIFIER_DIR, TESTS_DIR, "stage" if present else "keep")
         )
-        for folder in present:
-            sandbox.put_dir(folder, TESTS_DIR, prepared=True, executable="test.sh")
+
+        def stage() -> None:
+            for folder in present:
+                sandbox.put_dir(folder, TESTS_DIR, prepared=True, executable="test.sh")
+
         run = sandbox.exec(
             f"(/tests/test.sh) > {VERIFIER_DIR}/{_TEST_STDOUT} 2>&1",
             timeout_s=table.timeout_sec,
             max_output=TAIL,
             user=None if user is None else str(user),
             env=self.env,
+            after=stage if present else None,  # staged while the engine starts the shell
         )
         found = sandbox.read_engine_files(
             VERIFIER_DIR,

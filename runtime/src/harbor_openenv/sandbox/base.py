@@ -43,6 +43,9 @@ FOLDER_SKIP_BYTES = 1 << 20  # what a folder read streams through besides the fi
 # Prepare arguments for the helper: the verifier's user, its output folder, the tests folder and
 # "stage" (empty it for tests to be uploaded) or "keep" (the image brings them).
 VerifierDirs = tuple[str, str, str, str]
+# A command's standard input: bytes, or a function called once the command started (the engine
+# starts it meanwhile) whose bytes are sent then; end-of-file follows either.
+Stdin = bytes | Callable[[], bytes] | None
 _HELPER_TRIES = 20
 
 
@@ -126,13 +129,14 @@ class Sandbox(AgentFiles):
         user: str,
         env: Mapping[str, str],
         workdir: str,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
     ) -> ExecResult:
         """Run ``argv`` directly (no shell added) as ``user`` ("" the environment's own) in
         ``workdir`` ("" the image's), with ``env`` added to the environment's variables and
-        ``stdin`` then end-of-file as standard input. Keep at most ``max_output`` bytes of
-        output; past ``timeout_s`` stop waiting and answer ``timed_out`` (what it started is
-        killed by :meth:`exec`). Raises :class:`SandboxError` when it cannot start."""
+        ``stdin`` (:data:`Stdin`) then end-of-file as standard input. Keep at most
+        ``max_output`` bytes of output; past ``timeout_s`` (counted once the input is sent) stop
+        waiting and answer ``timed_out`` (what it started is killed by :meth:`exec`). Raises
+        :class:`SandboxError` when it cannot start, and what a ``stdin`` function raises."""
 
     @abstractmethod
     def upload(self, destination: str, archive: bytes | IO[bytes]) -> None:
@@ -173,10 +177,11 @@ class Sandbox(AgentFiles):
         user: str,
         env: Mapping[str, str],
         workdir: str,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
     ) -> ExecResult:
-        """:meth:`run`, through the exec channel first when ``channel`` (an agent's action)."""
-        if channel:
+        """:meth:`run`, through the exec channel first when ``channel`` (an agent's action) and
+        ``stdin`` is bytes."""
+        if channel and not callable(stdin):
             answer = self.channel.run(
                 argv,
                 timeout_s=timeout_s,
@@ -220,10 +225,16 @@ class Sandbox(AgentFiles):
         workdir: str | None = None,
         args: tuple[str, ...] = (),
         channel: bool = False,
+        after: Callable[[], object] | None = None,
     ) -> ExecResult:
         """Run ``bash -c command`` (``args`` as its $1...); on timeout every process it started
-        is killed. ``channel``: the agent's own command, which may use the exec channel."""
+        is killed. ``channel``: the agent's own command, which may use the exec channel.
+        ``after``: work that must be done before ``command`` starts, done while the engine
+        starts the shell that waits for it (so the two overlap); its error ends that shell and
+        is raised. ``command``'s standard input is then ``/dev/null``, as without ``after``."""
         mark = uuid.uuid4().hex
+        if after is not None:
+            command = f"IFS= read -r _ || exit; exec </dev/null; {command}"
         result = self._run_for(
             channel,
             ["bash", "-c", command, *(("bash", *args) if args else ())],
@@ -232,6 +243,7 @@ class Sandbox(AgentFiles):
             user=user or "",
             env={**(env or {}), EXEC_MARK: mark},
             workdir=workdir or self.workdir,
+            stdin=None if after is None else functools.partial(_go_after, after),
         )
         if result.timed_out:
             self._kill_marked(f"{EXEC_MARK}={mark}", user or "")
@@ -428,6 +440,12 @@ class Sandbox(AgentFiles):
                 return False
             archives.copy_regular(found.stream, target, path=path, budget=budget)
         return True
+
+
+def _go_after(work: Callable[[], object]) -> bytes:
+    """The line a command waiting on :meth:`Sandbox.exec`'s ``after`` reads, once it is done."""
+    work()
+    return b"\n"
 
 
 def _too_large(path: str, size: int, limit: int) -> TooLargeError:
