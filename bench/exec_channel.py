@@ -90,7 +90,7 @@ def raw_exec(
         figures = {
             "exec": timed(exec_true, reps),
             "cpu": [cpu_per_1000(exec_true, cpu_steps)],
-            "evaluate": timed(evaluate, max(3, reps // 8)),
+            "evaluate": timed(evaluate, max(5, reps // 4)),
         }
         return figures
     finally:
@@ -120,7 +120,7 @@ def over_ws(server: Server, reps: int, cpu_steps: int) -> dict[str, list[float]]
             "cpu": [cpu_per_1000(lambda: env.exec("true"), cpu_steps)],
         }
         evaluates = []
-        for _ in range(max(3, reps // 8)):
+        for _ in range(max(5, reps // 4)):
             start = time.perf_counter()
             result = env.evaluate()
             evaluates.append(time.perf_counter() - start)
