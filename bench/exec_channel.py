@@ -168,10 +168,12 @@ def channel_rows(client: docker.DockerClient, image: str, reps: int, sessions: i
     off = Server(TASKS, token=TOKEN, HARBOR_OPENENV_EXEC_CHANNEL="0", **env)
     try:
         raws, ons, offs = [], [], []
-        for _ in range(2):  # interleaved halves, so load from elsewhere hits all three alike
+        # Interleaved halves, so load from elsewhere hits all three alike; on and off swap places
+        # in the second, as each follows the other's last container removal (in the background).
+        for half in range(2):
             raws.append(raw_exec(client, image, reps // 2, cpu_steps // 2))
-            ons.append(over_ws(on, reps // 2, cpu_steps // 2))
-            offs.append(over_ws(off, reps // 2, cpu_steps // 2))
+            for server, figures in ((on, ons), (off, offs))[:: 1 if half == 0 else -1]:
+                figures.append(over_ws(server, reps // 2, cpu_steps // 2))
         raw, ours, engine = _merge(raws), _merge(ons), _merge(offs)
         steps, each = 10, 2
         many_on, errors_on = throughput(on, sessions, each, steps)
