@@ -304,13 +304,14 @@ def read_bytes(pid: int) -> int:
 
 
 def test_huge_files_in_the_verifiers_folder_are_left_unread(srv):
-    """An 8 GiB log sorted before the reward files and an 8 GiB test-stdout.txt (sparse): the
-    reward is read, the log's size is reported, and the server streams neither."""
+    """A 2 GiB log sorted before the reward files and a 2 GiB test-stdout.txt (sparse, within
+    the disk guard's 10 GiB): the reward is read, the log's size is reported, and the server
+    streams neither."""
     with srv.client() as env:
         env.reset(task_id="grade")
         env.write(
             "hook.sh",
-            "truncate -s 8G /logs/verifier/a-huge.log /logs/verifier/test-stdout.txt\n",
+            "truncate -s 2G /logs/verifier/a-huge.log /logs/verifier/test-stdout.txt\n",
         )
         env.write("answer.txt", "42")
         before = (read_bytes(srv.process.pid), rss_mib(srv.process.pid))
@@ -318,7 +319,7 @@ def test_huge_files_in_the_verifiers_folder_are_left_unread(srv):
         read = read_bytes(srv.process.pid) - before[0]
         grown = rss_mib(srv.process.pid) - before[1]
         assert (result.reward, result.observation.error) == (1.0, None), result.observation
-        assert "test-stdout.txt is 8589934592 bytes" in result.observation.output
+        assert "test-stdout.txt is 2147483648 bytes" in result.observation.output
         print(f"huge verifier files: server read {read >> 20} MiB, grew {grown:.0f} MiB")
         assert read < 64 << 20 and grown < 100
 
