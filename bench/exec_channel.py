@@ -47,7 +47,7 @@ def engine_cpu() -> dict[tuple[str, str], int]:
     ticks = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            text = stat.read_text()
+            text = stat.read_bytes().decode(errors="replace")  # a name may be any bytes
         except OSError:
             continue
         name, fields = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
