@@ -47,7 +47,7 @@ def engine_cpu() -> dict[tuple[str, str], int]:
     ticks = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            text = stat.read_text()
+            text = stat.read_bytes().decode(errors="replace")  # a name may be any bytes
         except OSError:
             continue
         name, fields = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
@@ -90,7 +90,7 @@ def raw_exec(
         figures = {
             "exec": timed(exec_true, reps),
             "cpu": [cpu_per_1000(exec_true, cpu_steps)],
-            "evaluate": timed(evaluate, max(3, reps // 8)),
+            "evaluate": timed(evaluate, max(5, reps // 4)),
         }
         return figures
     finally:
@@ -120,7 +120,7 @@ def over_ws(server: Server, reps: int, cpu_steps: int) -> dict[str, list[float]]
             "cpu": [cpu_per_1000(lambda: env.exec("true"), cpu_steps)],
         }
         evaluates = []
-        for _ in range(max(3, reps // 8)):
+        for _ in range(max(5, reps // 4)):
             start = time.perf_counter()
             result = env.evaluate()
             evaluates.append(time.perf_counter() - start)
@@ -168,10 +168,12 @@ def channel_rows(client: docker.DockerClient, image: str, reps: int, sessions: i
     off = Server(TASKS, token=TOKEN, HARBOR_OPENENV_EXEC_CHANNEL="0", **env)
     try:
         raws, ons, offs = [], [], []
-        for _ in range(2):  # interleaved halves, so load from elsewhere hits all three alike
+        # Interleaved halves, so load from elsewhere hits all three alike; on and off swap places
+        # in the second, as each follows the other's last container removal (in the background).
+        for half in range(2):
             raws.append(raw_exec(client, image, reps // 2, cpu_steps // 2))
-            ons.append(over_ws(on, reps // 2, cpu_steps // 2))
-            offs.append(over_ws(off, reps // 2, cpu_steps // 2))
+            for server, figures in ((on, ons), (off, offs))[:: 1 if half == 0 else -1]:
+                figures.append(over_ws(server, reps // 2, cpu_steps // 2))
         raw, ours, engine = _merge(raws), _merge(ons), _merge(offs)
         steps, each = 10, 2
         many_on, errors_on = throughput(on, sessions, each, steps)

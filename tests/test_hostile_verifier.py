@@ -295,6 +295,51 @@ def test_sparse_files_do_not_grow_the_server(srv):
         assert grown < 100
 
 
+def read_bytes(pid: int) -> int:
+    """Bytes process ``pid`` has read so far, sockets included (``rchar``)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no rchar for {pid}")
+
+
+def test_huge_files_in_the_verifiers_folder_are_left_unread(srv):
+    """A 2 GiB log sorted before the reward files and a 2 GiB test-stdout.txt (sparse, within
+    the disk guard's 10 GiB): the reward is read, the log's size is reported, and the server
+    streams neither."""
+    with srv.client() as env:
+        env.reset(task_id="grade")
+        env.write(
+            "hook.sh",
+            "truncate -s 2G /logs/verifier/a-huge.log /logs/verifier/test-stdout.txt\n",
+        )
+        env.write("answer.txt", "42")
+        before = (read_bytes(srv.process.pid), rss_mib(srv.process.pid))
+        result = env.evaluate()
+        read = read_bytes(srv.process.pid) - before[0]
+        grown = rss_mib(srv.process.pid) - before[1]
+        assert (result.reward, result.observation.error) == (1.0, None), result.observation
+        assert "test-stdout.txt is 2147483648 bytes" in result.observation.output
+        print(f"huge verifier files: server read {read >> 20} MiB, grew {grown:.0f} MiB")
+        assert read < 64 << 20 and grown < 100
+
+
+def test_the_output_is_the_last_8_kib_and_a_hard_linked_reward_counts(srv):
+    """The tail of a 1.3 MB test-stdout.txt, and a reward.txt hard-linked to another file of
+    the folder (the folder's archive holds it as a link, so it is read alone)."""
+    with srv.client() as env:
+        env.reset(task_id="grade")
+        env.write(
+            "hook.sh",
+            "seq 1 200000\nprintf 0.5 > /logs/verifier/a && ln /logs/verifier/a"
+            " /logs/verifier/reward.txt\n",
+        )
+        result = env.evaluate()
+        assert (result.reward, result.observation.error) == (0.5, None), result.observation
+        lines = "".join(f"{i}\n" for i in range(1, 200001))
+        assert result.observation.output == lines[-8192:]
+
+
 def test_solve_stops_the_agent_before_staging_the_solution(srv):
     """Item 9: a watcher that copies /solution while solve runs gets nothing."""
     watcher = (

@@ -3,13 +3,17 @@ user, the helper's stop, and docker-py's exec stream."""
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
+import tarfile
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from harbor_openenv.sandbox import PathEscapeError, Sandbox, SandboxError, TooLargeError
+from harbor_openenv.sandbox import EngineRead, PathEscapeError, Sandbox, SandboxError, TooLargeError
 
 pytestmark = pytest.mark.docker
 
@@ -71,6 +75,82 @@ def test_engine_reads_refuse_links_and_oversized_files_before_reading(bare_sandb
     with pytest.raises(TooLargeError):
         bare_sandbox.read_engine_file(f"{OUT}/sparse.json", limit=100, tail=True)
     assert time.monotonic() - start < 2  # refused from its size, not read through
+
+
+def read_bytes() -> int:
+    """Bytes this process has read so far, sockets included (``rchar``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def test_a_folder_read_answers_as_reads_one_by_one(bare_sandbox):
+    """One engine read of the folder gives what reading each name alone gives: regular files,
+    their tails, absent names, links and folders (refused), hard links (a tar of the folder
+    holds them as links: read alone), sparse files over the limit (refused by size)."""
+    fill(
+        bare_sandbox,
+        "seq 1 100000 > out.txt && printf 1 > a && ln a hard && printf 2 > regular"
+        " && ln -s a soft && mkdir folder && truncate -s 8G sparse",
+    )
+    names = {name: 100 for name in ("out.txt", "hard", "regular", "soft", "folder", "sparse")}
+    names["absent"] = 100
+    before = read_bytes()
+    together = bare_sandbox.read_engine_files(OUT, names, tails=("out.txt",))
+    assert read_bytes() - before < 1 << 24  # the 8 GiB file was never streamed
+    for name, limit in names.items():
+        alone = EngineRead.attempt(
+            functools.partial(
+                bare_sandbox.read_engine_file, f"{OUT}/{name}", limit=limit, tail=name == "out.txt"
+            )
+        )
+        assert (together[name].data, str(together[name].error)) == (
+            alone.data,
+            str(alone.error),
+        ), name
+    assert together["out.txt"].data == "".join(f"{i}\n" for i in range(1, 100001)).encode()[-100:]
+    assert (together["hard"].data, together["regular"].data) == (b"1", b"2")
+    assert together["absent"].get() is None
+    assert "not a regular file" in str(together["soft"].error)
+    assert "8589934592 bytes" in str(together["sparse"].error)
+
+
+def test_a_folder_read_leaves_a_huge_other_file_unread(bare_sandbox):
+    fill(bare_sandbox, "truncate -s 8G a-huge.log && printf 0.5 > reward.txt")
+    before = read_bytes()
+    found = bare_sandbox.read_engine_files(OUT, {"reward.txt": 100, "reward.json": 100})
+    assert read_bytes() - before < 1 << 24
+    assert (found["reward.txt"].get(), found["reward.json"].get()) == (b"0.5", None)
+
+
+def test_exec_after_stages_before_the_command_and_gives_it_no_input(bare_sandbox):
+    fill(bare_sandbox, "true")
+    staged = lambda: bare_sandbox.upload(OUT, pack_one("staged.txt", b"here"))  # noqa: E731
+    run = bare_sandbox.exec(
+        f"cat {OUT}/staged.txt; readlink /proc/self/fd/0",
+        timeout_s=30,
+        max_output=100,
+        after=staged,
+    )
+    assert (run.exit_code, run.output) == (0, "here/dev/null\n")
+
+    def broken() -> None:
+        raise SandboxError("staging failed")
+
+    with pytest.raises(SandboxError, match="staging failed"):
+        bare_sandbox.exec(f"touch {OUT}/ran", timeout_s=30, max_output=100, after=broken)
+    time.sleep(0.5)  # had the shell gone on, its touch would be done by now
+    assert bare_sandbox.read_engine_file(f"{OUT}/ran", limit=10) is None
+
+
+def pack_one(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 def test_export_stops_at_its_budget(bare_sandbox):

@@ -6,17 +6,19 @@ test_hardening.py, test_pool.py, ...); these pin down the shared logic alone, fa
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shlex
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from harbor_openenv import helper
 from harbor_openenv.sandbox import ExecResult, PathEscapeError, Sandbox, SandboxError, TooLargeError
-from harbor_openenv.sandbox.base import EXEC_MARK
+from harbor_openenv.sandbox.base import EXEC_MARK, FOLDER_SKIP_BYTES, Archive
 from harbor_openenv.sandbox.files import load_script
 from harbor_openenv.sandbox.memory import MemorySandbox
 from harbor_openenv.task_config import HealthcheckConfig
@@ -56,6 +58,32 @@ def test_exec_output_is_cut_at_max_output():
     sandbox = MemorySandbox(Recorder(default=ExecResult(0, "x" * 50)))
     result = sandbox.exec("yes", timeout_s=1, max_output=10)
     assert result.truncated and result.output == "x" * 10
+
+
+def test_exec_after_does_its_work_before_the_command_and_never_uses_the_channel():
+    events: list[str] = []
+
+    def handler(command: str, user: str, env: Mapping[str, str], workdir: str) -> ExecResult:
+        events.append(command)
+        return OK
+
+    class NoChannel(MemorySandbox):
+        def open_channel(self, user: str) -> None:
+            raise AssertionError("the exec channel was asked")
+
+    sandbox = NoChannel(handler)
+    sandbox.exec(
+        "/tests/test.sh", timeout_s=1, max_output=10, after=lambda: events.append("staged")
+    )
+    assert events == ["staged", "IFS= read -r _ || exit; exec </dev/null; /tests/test.sh"]
+
+    def broken() -> None:
+        raise SandboxError("staging failed")
+
+    events.clear()
+    with pytest.raises(SandboxError, match="staging failed"):
+        sandbox.exec("/tests/test.sh", timeout_s=1, max_output=10, after=broken, channel=True)
+    assert events == []  # the command never ran
 
 
 def test_prepare_reads_the_workdir_its_real_path_and_the_baseline():
@@ -143,13 +171,89 @@ def test_read_engine_file_checks_the_size_before_reading_and_keeps_a_tail():
     assert sandbox.read_engine_file("/logs/out.txt", limit=4, tail=True) == b"6789"
 
 
+class CountingSandbox(MemorySandbox):
+    """Counts the engine reads (downloads) and the archive bytes each one's reader took."""
+
+    def __init__(self, files: Mapping[str, bytes]) -> None:
+        super().__init__(Recorder(), files=files)
+        self.reads: list[tuple[str, io.BytesIO]] = []
+
+    @contextlib.contextmanager
+    def download(self, path: str) -> Iterator[Archive | None]:
+        with super().download(path) as found:
+            if found is not None:
+                self.reads.append((path, cast(io.BytesIO, found.stream)))
+            yield found
+
+    def taken(self, path: str) -> int:
+        """How far the reader of ``path``'s (first) archive got into it."""
+        return next(stream.tell() for read, stream in self.reads if read == path)
+
+
+VERIFIER = {"reward.json": 100, "reward.txt": 100, "reward-details.json": 100, "out.txt": 4}
+
+
+def test_read_engine_files_reads_a_folder_once():
+    sandbox = CountingSandbox(
+        {
+            "/v/reward.txt": b"1\n",
+            "/v/reward-details.json": b"{}",
+            "/v/out.txt": b"0123456789",
+            "/v/nested/reward.json": b"not this one",
+            "/v/other.log": b"x" * 1000,
+        }
+    )
+    found = sandbox.read_engine_files("/v", VERIFIER, tails=("out.txt",))
+    assert {name: read.get() for name, read in found.items()} == {
+        "reward.json": None,
+        "reward.txt": b"1\n",
+        "reward-details.json": b"{}",
+        "out.txt": b"6789",
+    }
+    assert [path for path, _ in sandbox.reads] == ["/v"]
+    empty = CountingSandbox({})
+    assert all(read.get() is None for read in empty.read_engine_files("/v", VERIFIER).values())
+    assert [path for path, _ in empty.reads] == []  # no folder, nothing in it
+
+
+def test_read_engine_files_answer_oversized_files_from_their_size():
+    sandbox = CountingSandbox({"/v/reward.txt": b"1" * 101, "/v/out.txt": b"x" * 5})
+    found = sandbox.read_engine_files("/v", VERIFIER)
+    for name, size, limit in (("reward.txt", 101, 100), ("out.txt", 5, 4)):
+        with pytest.raises(
+            TooLargeError, match=f"/v/{name} is {size} bytes, over the limit of {limit}"
+        ):
+            found[name].get()
+    assert [path for path, _ in sandbox.reads] == ["/v"]
+
+
+def test_read_engine_files_stop_at_a_huge_other_file_and_read_the_rest_one_by_one():
+    huge = FOLDER_SKIP_BYTES + 1
+    sandbox = CountingSandbox(
+        {"/v/a-huge.log": b"x" * huge, "/v/reward.txt": b"0.5", "/v/out.txt": b"0123456789"}
+    )
+    found = sandbox.read_engine_files("/v", VERIFIER, tails=("out.txt",))
+    assert (found["reward.txt"].get(), found["out.txt"].get()) == (b"0.5", b"6789")
+    assert found["reward.json"].get() is None
+    assert sandbox.taken("/v") < 1 << 16  # left at the huge file's header, not read through
+    # the names the folder read left open, each on its own (the absent ones hold no archive)
+    assert {path for path, _ in sandbox.reads} == {"/v", "/v/reward.txt", "/v/out.txt"}
+
+
+def test_read_engine_files_of_a_file_not_a_folder_read_each_name():
+    sandbox = CountingSandbox({"/v": b"a file"})
+    found = sandbox.read_engine_files("/v", {"reward.txt": 100})
+    assert found["reward.txt"].get() is None
+    assert [path for path, _ in sandbox.reads] == ["/v"]
+
+
 def test_export_path_copies_a_folder_within_its_budget():
     sandbox = MemorySandbox(Recorder(), files={"/out/a": b"aaa", "/out/sub/b": b"bb"})
     target = io.BytesIO()
     assert sandbox.export_path("/out", target, budget=5)
     target.seek(0)
     with tarfile.open(fileobj=target) as archive:
-        assert sorted(archive.getnames()) == ["out/a", "out/sub/b"]
+        assert sorted(archive.getnames()) == ["out", "out/a", "out/sub/b"]
         assert all(member.uid == 0 for member in archive.getmembers())
     assert not sandbox.export_path("/none", io.BytesIO(), budget=5)
     with pytest.raises(TooLargeError):

@@ -2,20 +2,22 @@
 
 Stop every process the agent started, stage tests/ (then ``steps/<name>/tests/``) to /tests
 unless the verifier's image brings them, run test.sh as the verifier's user with its output in
-/logs/verifier, and read the reward files through the engine, never through the container's
-programs. A separate verifier (``[verifier].environment``) grades in its own environment, with
-the agent's artifacts copied over.
+/logs/verifier, and read the reward files and the output's tail through the engine (one read of
+/logs/verifier), never through the container's programs. A separate verifier
+(``[verifier].environment``) grades in its own environment, with the agent's artifacts copied
+over.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import artifacts
 from .reward import REWARD_DETAILS, REWARD_FILES, VERIFIER_DIR, Reward, parse_reward
-from .sandbox import Sandbox, SandboxError, TooLargeError
+from .sandbox import EngineRead, Sandbox, TooLargeError
 from .task import Task
 from .task_config import StepConfig, artifact_entries
 
@@ -68,7 +70,8 @@ class Verifier:
     def verify(self, sandbox: Sandbox, *, bundled: bool = False) -> Verdict:
         """Stop every process the agent (or an earlier verifier) started and hand a fresh
         /logs/verifier to the verifier's user, with the runtime's helper; stage the tests unless
-        ``bundled``; run test.sh; read the reward files through the engine."""
+        ``bundled`` (while the engine starts the shell that then runs test.sh); run test.sh; read
+        the reward files and the output's tail through the engine, in one read of the folder."""
         task, step = self.task, self.step
         folders = [] if bundled else [task.tests_dir()]
         if step is not None and not bundled:
@@ -80,19 +83,28 @@ class Verifier:
         sandbox.stop_processes(
             prepare=(owner, VERIFIER_DIR, TESTS_DIR, "stage" if present else "keep")
         )
-        for folder in present:
-            sandbox.put_dir(folder, TESTS_DIR, prepared=True, executable="test.sh")
+
+        def stage() -> None:
+            for folder in present:
+                sandbox.put_dir(folder, TESTS_DIR, prepared=True, executable="test.sh")
+
         run = sandbox.exec(
             f"(/tests/test.sh) > {VERIFIER_DIR}/{_TEST_STDOUT} 2>&1",
             timeout_s=table.timeout_sec,
             max_output=TAIL,
             user=None if user is None else str(user),
             env=self.env,
+            after=stage if present else None,  # staged while the engine starts the shell
         )
-        stdout = tail_of(sandbox, f"{VERIFIER_DIR}/{_TEST_STDOUT}")
+        found = sandbox.read_engine_files(
+            VERIFIER_DIR,
+            {**dict.fromkeys(REWARD_FILES, self.max_reward_bytes), _TEST_STDOUT: TAIL},
+            tails=(_TEST_STDOUT,),
+        )
+        stdout = log_text(found[_TEST_STDOUT])
         if run.timed_out:
             return Verdict(parse_reward({}), stdout, True, table.timeout_sec)
-        return Verdict(parse_reward(self._reward_files(sandbox)), stdout, False, table.timeout_sec)
+        return Verdict(parse_reward(_reward_files(found)), stdout, False, table.timeout_sec)
 
     def verify_separately(
         self,
@@ -120,26 +132,32 @@ class Verifier:
         finally:
             artifacts.close(collected)
 
-    def _reward_files(self, sandbox: Sandbox) -> dict[str, bytes]:
-        files: dict[str, bytes] = {}
-        for name in REWARD_FILES:
-            try:
-                data = sandbox.read_engine_file(
-                    f"{VERIFIER_DIR}/{name}", limit=self.max_reward_bytes
-                )
-            except TooLargeError as exc:
-                if name != REWARD_DETAILS:
-                    raise TooLargeError(f"{exc} (HARBOR_OPENENV_MAX_REWARD_BYTES)") from None
-                data = json.dumps({"unread": str(exc)}).encode()
-            if data is not None:
-                files[name] = data
-        return files
+
+def _reward_files(found: dict[str, EngineRead]) -> dict[str, bytes]:
+    """The reward files that exist, by name; an oversized reward raises, oversized details are
+    passed on as a note."""
+    files: dict[str, bytes] = {}
+    for name in REWARD_FILES:
+        try:
+            data = found[name].get()
+        except TooLargeError as exc:
+            if name != REWARD_DETAILS:
+                raise TooLargeError(f"{exc} (HARBOR_OPENENV_MAX_REWARD_BYTES)") from None
+            data = json.dumps({"unread": str(exc)}).encode()
+        if data is not None:
+            files[name] = data
+    return files
 
 
 def tail_of(sandbox: Sandbox, path: str) -> str:
     """The last :data:`TAIL` bytes of a log file, read through the engine ("" when absent)."""
-    try:
-        data = sandbox.read_engine_file(path, limit=TAIL, tail=True)
-    except SandboxError as exc:
-        return f"({exc})"
-    return (data or b"").decode("utf-8", errors="replace")
+    return log_text(
+        EngineRead.attempt(functools.partial(sandbox.read_engine_file, path, limit=TAIL, tail=True))
+    )
+
+
+def log_text(read: EngineRead) -> str:
+    """A log's tail as text: "" when absent, why it could not be read in parentheses."""
+    if read.error is not None:
+        return f"({read.error})"
+    return (read.data or b"").decode("utf-8", errors="replace")

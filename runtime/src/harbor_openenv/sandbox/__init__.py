@@ -2,7 +2,7 @@
 (``docker``), compose projects (``compose``), an in-memory one for unit tests (``memory``), and
 the owner labels and sweeps of what dead servers left (``owner``)."""
 
-from .base import Sandbox
+from .base import EngineRead, Sandbox
 from .compose import ComposeSandbox
 from .docker import DockerSandbox
 from .errors import PathEscapeError, SandboxError, TooLargeError
@@ -25,6 +25,7 @@ __all__ = [
     "LABEL_TASK",
     "ComposeSandbox",
     "DockerSandbox",
+    "EngineRead",
     "ExecResult",
     "PathEscapeError",
     "Sandbox",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
@@ -37,12 +38,51 @@ def last_bytes(stream: IO[bytes], path: str, limit: int) -> bytes:
         member = archive.next()
         if member is None or not member.isfile():
             raise SandboxError(f"{path} is not a regular file")
-        handle = archive.extractfile(member)
-        assert handle is not None
-        kept = b""
-        while block := handle.read(1 << 16):
-            kept = (kept + block)[-limit:]
-        return kept
+        return _tail(archive, member, limit)
+
+
+def folder_files(
+    stream: IO[bytes], top: str, wanted: Mapping[str, tuple[int, int]], *, skip: int
+) -> tuple[dict[str, bytes | int | None], bool]:
+    """The regular files ``wanted`` names (name: (kept, largest)) directly inside the folder a
+    tar stream of it holds (``top``: its basename, the stream's first member): each one's last
+    ``kept`` bytes, or its size when over ``largest`` (its bytes never kept), or None for a name
+    that is something else (a link, a hard link, a folder: to be read alone).
+
+    The flag says the stream was read whole, so a wanted name not found is absent. It is False,
+    and the stream left where it is, when the first member is not the folder or the members not
+    kept (other files, nested ones, oversized wanted ones) pass ``skip`` bytes.
+    """
+    found: dict[str, bytes | int | None] = {}
+    prefix = top + "/"
+    with tarfile.open(fileobj=stream, mode="r|") as archive:
+        first = archive.next()
+        if first is None or not first.isdir() or first.name != top:
+            return found, False
+        for member in archive:
+            name = member.name[len(prefix) :] if member.name.startswith(prefix) else ""
+            want = wanted.get(name)
+            if want is not None and not member.isfile():
+                found[name] = None
+            elif want is not None and member.size <= want[1]:
+                found[name] = _tail(archive, member, want[0])
+                continue
+            elif want is not None:
+                found[name] = member.size
+            skip -= member.size
+            if skip < 0:
+                return found, False  # the next member would read through these bytes
+    return found, True
+
+
+def _tail(archive: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> bytes:
+    """The last ``limit`` bytes of a regular file member, read in blocks."""
+    handle = archive.extractfile(member)
+    assert handle is not None
+    kept = b""
+    while block := handle.read(1 << 16):
+        kept = (kept + block)[-limit:]
+    return kept
 
 
 def copy_regular(stream: IO[bytes], target: IO[bytes], *, path: str, budget: int) -> None:

@@ -13,11 +13,12 @@ go through it while it works; everything else, and every action once it failed, 
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import time
 import uuid
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +39,13 @@ from .result import ExecResult
 KEEPER = ("sh", "-c", "sleep infinity")
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
+FOLDER_SKIP_BYTES = 1 << 20  # what a folder read streams through besides the files it keeps
 # Prepare arguments for the helper: the verifier's user, its output folder, the tests folder and
 # "stage" (empty it for tests to be uploaded) or "keep" (the image brings them).
 VerifierDirs = tuple[str, str, str, str]
+# A command's standard input: bytes, or a function called once the command started (the engine
+# starts it meanwhile) whose bytes are sent then; end-of-file follows either.
+Stdin = bytes | Callable[[], bytes] | None
 _HELPER_TRIES = 20
 
 
@@ -68,6 +73,28 @@ class Archive:
 
     size: int
     stream: IO[bytes]
+
+
+@dataclass(frozen=True)
+class EngineRead:
+    """A file read through the engine: its bytes (None: absent), or why it could not be read."""
+
+    data: bytes | None
+    error: SandboxError | None = None
+
+    @classmethod
+    def attempt(cls, read: Callable[[], bytes | None]) -> EngineRead:
+        """What ``read`` gives, or the :class:`SandboxError` it raises."""
+        try:
+            return cls(read())
+        except SandboxError as exc:
+            return cls(None, exc)
+
+    def get(self) -> bytes | None:
+        """The bytes (None: absent); raises the error if there was one."""
+        if self.error is not None:
+            raise self.error
+        return self.data
 
 
 class Sandbox(AgentFiles):
@@ -102,13 +129,14 @@ class Sandbox(AgentFiles):
         user: str,
         env: Mapping[str, str],
         workdir: str,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
     ) -> ExecResult:
         """Run ``argv`` directly (no shell added) as ``user`` ("" the environment's own) in
         ``workdir`` ("" the image's), with ``env`` added to the environment's variables and
-        ``stdin`` then end-of-file as standard input. Keep at most ``max_output`` bytes of
-        output; past ``timeout_s`` stop waiting and answer ``timed_out`` (what it started is
-        killed by :meth:`exec`). Raises :class:`SandboxError` when it cannot start."""
+        ``stdin`` (:data:`Stdin`) then end-of-file as standard input. Keep at most
+        ``max_output`` bytes of output; past ``timeout_s`` (counted once the input is sent) stop
+        waiting and answer ``timed_out`` (what it started is killed by :meth:`exec`). Raises
+        :class:`SandboxError` when it cannot start, and what a ``stdin`` function raises."""
 
     @abstractmethod
     def upload(self, destination: str, archive: bytes | IO[bytes]) -> None:
@@ -149,10 +177,11 @@ class Sandbox(AgentFiles):
         user: str,
         env: Mapping[str, str],
         workdir: str,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
     ) -> ExecResult:
-        """:meth:`run`, through the exec channel first when ``channel`` (an agent's action)."""
-        if channel:
+        """:meth:`run`, through the exec channel first when ``channel`` (an agent's action) and
+        ``stdin`` is bytes."""
+        if channel and not callable(stdin):
             answer = self.channel.run(
                 argv,
                 timeout_s=timeout_s,
@@ -196,10 +225,16 @@ class Sandbox(AgentFiles):
         workdir: str | None = None,
         args: tuple[str, ...] = (),
         channel: bool = False,
+        after: Callable[[], object] | None = None,
     ) -> ExecResult:
         """Run ``bash -c command`` (``args`` as its $1...); on timeout every process it started
-        is killed. ``channel``: the agent's own command, which may use the exec channel."""
+        is killed. ``channel``: the agent's own command, which may use the exec channel.
+        ``after``: work that must be done before ``command`` starts, done while the engine
+        starts the shell that waits for it (so the two overlap); its error ends that shell and
+        is raised. ``command``'s standard input is then ``/dev/null``, as without ``after``."""
         mark = uuid.uuid4().hex
+        if after is not None:
+            command = f"IFS= read -r _ || exit; exec </dev/null; {command}"
         result = self._run_for(
             channel,
             ["bash", "-c", command, *(("bash", *args) if args else ())],
@@ -208,6 +243,7 @@ class Sandbox(AgentFiles):
             user=user or "",
             env={**(env or {}), EXEC_MARK: mark},
             workdir=workdir or self.workdir,
+            stdin=None if after is None else functools.partial(_go_after, after),
         )
         if result.timed_out:
             self._kill_marked(f"{EXEC_MARK}={mark}", user or "")
@@ -350,8 +386,50 @@ class Sandbox(AgentFiles):
             if found is None:
                 return None
             if found.size > (TAIL_SCAN_BYTES if tail else limit):
-                raise TooLargeError(f"{path} is {found.size} bytes, over the limit of {limit}")
+                raise _too_large(path, found.size, limit)
             return archives.last_bytes(found.stream, path, limit)
+
+    def read_engine_files(
+        self, folder: str, limits: Mapping[str, int], *, tails: Collection[str] = ()
+    ) -> dict[str, EngineRead]:
+        """The files ``limits`` names directly inside ``folder``, each as :meth:`read_engine_file`
+        reads it with its limit (by its tail for the names in ``tails``), in one engine read of
+        the folder where that can answer.
+
+        That read keeps the named regular files and streams through at most
+        :data:`FOLDER_SKIP_BYTES` of anything else (other files, nested ones, oversized named
+        ones, whose size alone answers). A name that is not a regular file there (a link, a hard
+        link, a folder) is read alone; so are the names left open when the folder is not one or
+        the read stopped at that bound.
+        """
+        wanted = {
+            name: (limit, TAIL_SCAN_BYTES if name in tails else limit)
+            for name, limit in limits.items()
+        }
+        kept: dict[str, bytes | int | None] = {}
+        try:
+            with self.download(folder) as found:
+                kept, whole = (
+                    archives.folder_files(
+                        found.stream, posixpath.basename(folder), wanted, skip=FOLDER_SKIP_BYTES
+                    )
+                    if found is not None
+                    else ({}, True)
+                )
+        except SandboxError:
+            whole = False  # the reads one by one say what is wrong
+        reads = {}
+        for name, limit in limits.items():
+            path, data = f"{folder}/{name}", kept.get(name)
+            if isinstance(data, int):
+                reads[name] = EngineRead(None, _too_large(path, data, limit))
+            elif data is not None or (whole and name not in kept):
+                reads[name] = EngineRead(data)
+            else:
+                reads[name] = EngineRead.attempt(
+                    functools.partial(self.read_engine_file, path, limit=limit, tail=name in tails)
+                )
+        return reads
 
     def export_path(self, path: str, target: IO[bytes], *, budget: int) -> bool:
         """Stream a tar of ``path`` (file or folder, named by its basename) into ``target``,
@@ -362,6 +440,16 @@ class Sandbox(AgentFiles):
                 return False
             archives.copy_regular(found.stream, target, path=path, budget=budget)
         return True
+
+
+def _go_after(work: Callable[[], object]) -> bytes:
+    """The line a command waiting on :meth:`Sandbox.exec`'s ``after`` reads, once it is done."""
+    work()
+    return b"\n"
+
+
+def _too_large(path: str, size: int, limit: int) -> TooLargeError:
+    return TooLargeError(f"{path} is {size} bytes, over the limit of {limit}")
 
 
 def _no_process_slot(result: ExecResult) -> bool:

@@ -29,7 +29,7 @@ from typing import IO, Any
 import docker
 
 from .. import helper
-from .base import KEEPER, Archive, Sandbox
+from .base import KEEPER, Archive, Sandbox, Stdin
 from .channel import Channel
 from .docker import DockerSandbox
 from .errors import SandboxError
@@ -288,7 +288,7 @@ class ComposeSandbox(Sandbox):
         user: str,
         env: Mapping[str, str],
         workdir: str,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
     ) -> ExecResult:
         return self.main.run(
             argv,

@@ -27,7 +27,7 @@ import requests
 from docker.models.containers import Container
 
 from .. import helper
-from .base import KEEPER, Archive, Sandbox
+from .base import KEEPER, Archive, Sandbox, Stdin
 from .channel import Channel
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK
@@ -208,9 +208,9 @@ class DockerSandbox(Sandbox):
         user: str,
         env: Mapping[str, str],
         workdir: str,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
     ) -> ExecResult:
-        """Run ``argv`` through the engine's exec API; ``stdin`` (bytes) is its standard input."""
+        """Run ``argv`` through the engine's exec API; ``stdin`` is its standard input."""
         api = self._client.api
         try:
             exec_id = api.exec_create(
@@ -225,14 +225,13 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             raise SandboxError(f"exec failed: {exc.explanation or exc}") from None
         raw = cast(socket.socket, getattr(sock, "_sock", sock))  # the socket below its wrapper
-        deadline = time.monotonic() + timeout_s
         chunks, size, truncated, timed_out = [], 0, False, False
-        early = _read_ahead(sock, raw)
         try:
             if stdin is not None:
-                raw.sendall(stdin)
+                raw.sendall(stdin() if callable(stdin) else stdin)
                 raw.shutdown(socket.SHUT_WR)
-            for data in _frames(raw, deadline, early):
+            deadline = time.monotonic() + timeout_s
+            for data in _frames(raw, deadline, _read_ahead(sock, raw)):
                 room = max_output - size
                 if room > 0:
                     chunks.append(data[:room])

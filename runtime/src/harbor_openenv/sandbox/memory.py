@@ -17,7 +17,7 @@ import tarfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO
 
-from .base import Archive, Sandbox
+from .base import Archive, Sandbox, Stdin
 from .errors import SandboxError
 from .files import inside, resolve_within
 from .result import ExecResult
@@ -56,8 +56,10 @@ class MemorySandbox(Sandbox):
         user: str,
         env: Mapping[str, str],
         workdir: str,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
     ) -> ExecResult:
+        if callable(stdin):
+            stdin()  # the command starts once its input is there
         shell = len(argv) > 2 and argv[1] == "-c"
         result = self._handler(argv[2] if shell else shlex.join(argv), user, env, workdir)
         data = result.output.encode()
@@ -85,6 +87,10 @@ class MemorySandbox(Sandbox):
         buffer = io.BytesIO()
         top = posixpath.dirname(path)
         with tarfile.open(fileobj=buffer, mode="w") as archive:
+            if path not in self.files:  # a folder: its own entry first, as the engine sends it
+                folder = tarfile.TarInfo(posixpath.basename(path))
+                folder.type = tarfile.DIRTYPE
+                archive.addfile(folder)
             for name, data in sorted(below.items()):
                 info = tarfile.TarInfo(posixpath.relpath(name, top))
                 info.size = len(data)
