@@ -8,6 +8,8 @@ an untagged HEAD runs none).
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from _template_helpers import (
     git,
     tagged_template_clone,
     tree_digest,
+    write_task,
 )
 from conftest import (
     ROOT,
@@ -168,6 +171,106 @@ def test_a_real_conflict_is_reported_as_a_failure(template, tmp_path):
         git("status", "--porcelain", cwd=repo) == "" and git("rev-parse", "HEAD", cwd=repo) == head
     )
     assert f"_commit: {OLD}" in (repo / ".copier-answers.yml").read_text()
+
+
+# A git for `copier update` that first records, in the folder copier's diff runs in, how many
+# tasks/ files its index holds and (for the project's diff) the diff itself; then runs git, or
+# stops at the first diff-tree with ACTION: "fail" (git fails, copier raises) or "kill" (copier
+# itself gets SIGKILL, as a killed or interrupted update would).
+GIT_SHIM = """#!/bin/sh
+case " $* " in *" diff-tree "*)
+    "$REAL_GIT" ls-files -- tasks | wc -l >> "$SHIM_LOG/tasks-in-render"
+    case "$SHIM_ACTION" in
+        fail) exit 1 ;;
+        kill) kill -9 "$PPID"; exit 1 ;;
+    esac
+    case " $* " in *" --inter-hunk-context"*)
+        "$REAL_GIT" "$@" | tee "$SHIM_LOG/diff"; exit ;;
+    esac ;;
+esac
+exec "$REAL_GIT" "$@"
+"""
+
+
+def update_with_shim(repo: Path, tmp_path: Path, action: str) -> tuple[int, Path]:
+    """`copier update` to NEW through GIT_SHIM; its exit code and the shim's log folder."""
+    shim, log, temp = tmp_path / "shim", tmp_path / "shim-log", tmp_path / "copier-tmp"
+    for folder in (shim, log, temp):
+        folder.mkdir()
+    (shim / "git").write_text(GIT_SHIM)
+    (shim / "git").chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
+        "REAL_GIT": shutil.which("git") or "git",
+        "SHIM_LOG": str(log),
+        "SHIM_ACTION": action,
+        "TMPDIR": str(temp),  # copier's renders: kept apart from other runs, and left here by kill
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "copier", "update", "--trust", "--defaults", "--quiet"]
+        + ["--vcs-ref", NEW],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return result.returncode, log
+
+
+def committed_state(repo: Path) -> tuple[str, str, dict[str, tuple]]:
+    """HEAD, the index entries under tasks/, and tasks/ on disk."""
+    return (
+        git("rev-parse", "HEAD", cwd=repo),
+        git("ls-files", "--stage", "--", "tasks", cwd=repo),
+        tree_digest(repo / "tasks"),
+    )
+
+
+@pytest.mark.parametrize("action", ["fail", "kill"])
+def test_an_update_stopped_after_the_before_migration_leaves_the_dataset_tracked(
+    template, tmp_path, action
+):
+    """The "before" migration gave copier's old render the tasks/ entries; the update then dies.
+    The project's index was never touched: nothing staged, tasks/ tracked and unchanged, so a
+    later `git commit -a` cannot drop the dataset."""
+    repo = render_old(template, tmp_path / "env", 8000)
+    before = committed_state(repo)
+    code, log = update_with_shim(repo, tmp_path, action)
+    assert code != 0
+    # the migration had run: the render copier diffs in held every tasks/ file
+    assert int((log / "tasks-in-render").read_text().split()[0]) == len(before[1].splitlines())
+    assert git("diff", "--cached", "--name-status", cwd=repo) == ""
+    assert committed_state(repo) == before
+    assert not [
+        line for line in git("status", "--porcelain", cwd=repo).splitlines() if "tasks" in line
+    ]
+
+
+def test_an_update_diffs_nothing_of_a_committed_dataset_and_leaves_it_as_committed(
+    template, tmp_path
+):
+    """200 tasks committed: copier's diff of the project no longer carries tasks/ (the render
+    holds the same tree), the update applies, and tasks/ stays byte for byte as committed."""
+    dataset = tmp_path / "dataset"
+    for i in range(200):
+        write_task(dataset / "tasks" / f"group-{i // 50}" / f"task-{i:03d}")
+    result = copier(
+        "copy", "--trust", "--defaults", "--quiet", "--vcs-ref", OLD,
+        "-d", f"dataset_path={dataset}", str(template), str(tmp_path / "env"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    repo = tmp_path / "env"
+    git("init", "-q", "-b", "main", cwd=repo)
+    commit_all(repo, "rendered")
+    head, entries, files = committed_state(repo)
+    assert len(entries.splitlines()) == 800
+
+    code, log = update_with_shim(repo, tmp_path, "run")
+    assert code == 0
+    # the project's own changes since its render (tasks.sha256, README's dataset summary) only
+    diffed = re.findall(r"^diff --git a/(\S+) ", (log / "diff").read_text(), re.MULTILINE)
+    assert "tasks.sha256" in diffed and not [name for name in diffed if name.startswith("tasks/")]
+    assert f"_commit: {NEW}" in (repo / ".copier-answers.yml").read_text()
+    assert committed_state(repo) == (head, entries, files)
+    assert git("status", "--porcelain", "--", "tasks", cwd=repo) == ""
 
 
 @pytest.mark.docker
