@@ -9,7 +9,9 @@ against raw docker-py ``exec_run`` and against the same server with the channel 
 from __future__ import annotations
 
 import argparse
+import io
 import statistics
+import tarfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -77,8 +79,7 @@ def raw_exec(
     try:
         exec_true = lambda: container.exec_run("true")  # noqa: E731
         exec_true()
-        tests = (TASKS / TASK / "tests").resolve()
-        archive = _tar(tests)
+        archive = tests_archive()
 
         def evaluate() -> None:
             container.exec_run("sh -c 'mkdir -p /tests /logs/verifier'")
@@ -97,13 +98,11 @@ def raw_exec(
         container.remove(force=True)
 
 
-def _tar(folder: Path) -> bytes:
-    import io
-    import tarfile
-
+def tests_archive() -> bytes:
+    """The benchmark task's tests/ as a tar, as the raw floor stages it."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        archive.add(folder, arcname=".")
+        archive.add(TASKS / TASK / "tests", arcname=".")
     return buffer.getvalue()
 
 

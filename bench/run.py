@@ -11,14 +11,12 @@ it never fails on a missed goal, it says so. Run from the repository root:
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,15 +25,12 @@ from datetime import datetime
 from pathlib import Path
 
 import docker
-from exec_channel import channel_rows  # bench/, beside this script
+from exec_channel import TASK, TASKS, channel_rows, tests_archive  # bench/, beside this script
 
 from harbor_openenv import driver
 from harbor_openenv.launch import Server
 from harbor_openenv.models import HarborAction
 
-ROOT = Path(__file__).resolve().parents[1]
-TASKS = ROOT / "tests" / "fixtures" / "tasks"
-TASK = "edit-file"
 TOKEN = "bench-token"
 # Harbor as .ci/interop-tools.sh installs it (HARBOR_OPENENV_HARBOR_VENV), else on PATH.
 _HARBOR_VENV = (
@@ -62,13 +57,6 @@ def bench_server(tasks: Path, **env: str) -> Server:
 def rss_mib(server: Server) -> float:
     status = Path(f"/proc/{server.process.pid}/status").read_text()
     return int(next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1]) / 1024
-
-
-def tests_archive() -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        archive.add(TASKS / TASK / "tests", arcname=".")
-    return buffer.getvalue()
 
 
 def raw_floor(client: docker.DockerClient, image: str, reps: int) -> dict[str, float]:
