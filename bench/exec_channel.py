@@ -22,6 +22,7 @@ import docker
 from harbor_openenv import driver
 from harbor_openenv.launch import Server
 from harbor_openenv.models import HarborAction
+from harbor_openenv.sandbox import LABEL
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "tests" / "fixtures" / "tasks"
@@ -106,12 +107,25 @@ def tests_archive() -> bytes:
     return buffer.getvalue()
 
 
-def over_ws(server: Server, reps: int, cpu_steps: int) -> dict[str, list[float]]:
+def settle(client: docker.DockerClient, timeout_s: float = 60) -> None:
+    """Wait until the runtime's only container is the measured session's: the other server's
+    last episode is removed in the background, and its removal is not this session's step."""
+    deadline = time.monotonic() + timeout_s
+    while len(client.containers.list(all=True, filters={"label": LABEL})) > 1:
+        if time.monotonic() > deadline:
+            raise SystemExit("the other server's containers were not removed within a minute")
+        time.sleep(0.1)
+
+
+def over_ws(
+    client: docker.DockerClient, server: Server, reps: int, cpu_steps: int
+) -> dict[str, list[float]]:
     """One session's exec, 4 KiB read and write, engine CPU and evaluate."""
     content = "x" * 4095 + "\n"
     with server.client() as env:
         env.reset(task_id=TASK)
         env.exec("true")  # opens the channel (when on)
+        settle(client)
         figures = {
             "exec": timed(lambda: env.exec("true"), reps),
             "write": timed(lambda: env.write("four-k.txt", content), reps),
@@ -172,7 +186,7 @@ def channel_rows(client: docker.DockerClient, image: str, reps: int, sessions: i
         for half in range(2):
             raws.append(raw_exec(client, image, reps // 2, cpu_steps // 2))
             for server, figures in ((on, ons), (off, offs))[:: 1 if half == 0 else -1]:
-                figures.append(over_ws(server, reps // 2, cpu_steps // 2))
+                figures.append(over_ws(client, server, reps // 2, cpu_steps // 2))
         raw, ours, engine = _merge(raws), _merge(ons), _merge(offs)
         steps, each = 10, 2
         many_on, errors_on = throughput(on, sessions, each, steps)
