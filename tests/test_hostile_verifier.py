@@ -157,6 +157,11 @@ def tasks(tmp_path_factory) -> Path:
         "oracle",
         files={"solution/solve.sh": "#!/bin/bash\necho 42 > /app/answer.txt\n"},
     )
+    # A verifier that writes its reward early and corrects it once it has run the agent's code.
+    optimistic = GRADING.replace(
+        "[ -f /app/hook.sh ]", "echo 1 > /logs/verifier/reward.txt\n[ -f /app/hook.sh ]"
+    ).replace("[ -e reward.json ] || [ -e reward.txt ] || ", "")
+    make_task(root, "optimistic", test_sh=optimistic)
     return root
 
 
@@ -380,7 +385,8 @@ def test_file_actions_run_as_the_agents_user(srv):
 
 def test_disk_use_is_bounded_by_default(docker_client, tasks):
     """Item 11: this engine (overlay2 on ext4) gives no quota, so the disk guard holds the
-    limit: a task's storage_mb, else HARBOR_OPENENV_DISK_MB."""
+    limit: a task's storage_mb, else HARBOR_OPENENV_DISK_MB. Over it during grading, the guard
+    stops the verifier too, and whatever reward it had written by then does not count."""
     server = Server(tasks, HARBOR_OPENENV_DISK_MB="200", HARBOR_OPENENV_DISK_CHECK_S="1")
     try:
         with server.client() as env:  # one write past the limit: the check after it ends it
@@ -407,5 +413,12 @@ def test_disk_use_is_bounded_by_default(docker_client, tasks):
             assert size < 4 << 30  # stopped long before its end (how far: the disk's speed)
             result = env.evaluate()
             assert result.done and "over its limit" in (result.observation.error or "")
+        with server.client() as env:  # the agent's code fills the disk while the verifier runs
+            env.reset(task_id="optimistic")
+            env.write("answer.txt", "41")
+            env.write("hook.sh", "head -c 300M /dev/zero > /app/fill; sleep 30\n")
+            result = env.evaluate()  # the guard stops the verifier after its early 1
+            assert result.done and result.reward is None, result.observation
+            assert "over its limit of 200 MB" in (result.observation.error or "")
     finally:
         server.stop()

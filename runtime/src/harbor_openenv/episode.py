@@ -184,6 +184,8 @@ class Episode:
             "reward_details": verdict.reward.details,
             "verifier_timed_out": verdict.timed_out,
         }
+        if self.sandbox.exceeded:  # the disk guard stopped the verifier: its files prove nothing
+            return self._done(None, self.sandbox.exceeded, verdict.stdout, info)
         if step is None:
             return self._done(verdict.value, verdict.error, verdict.stdout, info)
         return self._finish_step(step, verdict, info)
