@@ -9,10 +9,12 @@ import io
 import tarfile
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from harbor_openenv.helper import HELPER
 from harbor_openenv.sandbox import EngineRead, PathEscapeError, Sandbox, SandboxError, TooLargeError
 
 pytestmark = pytest.mark.docker
@@ -26,22 +28,62 @@ def fill(box: Sandbox, script: str) -> None:
     assert result.exit_code == 0, result.output
 
 
-def test_the_baseline_holds_the_keeper_and_pid_1_reaps_orphans(bare_sandbox):
-    """The baseline read at start-up holds the keeper's sleep (sh's child, started a moment after
-    the container: listed too early, the stop before grading killed it and the container went
-    with it), and PID 1 reaps the orphans an agent leaves (a sleep as PID 1 would not: their
-    zombies would fill the pids limit)."""
+def test_the_keeper_is_pid_1_alone_reaps_orphans_and_outlives_every_stop(bare_sandbox):
+    """PID 1 is the runtime's helper and the container's only process, so a stop kills every
+    other process without ending the container (the old keeper,
+    ``sh -c "sleep infinity"``, died with its sleep whenever the baseline was listed before sh had
+    forked it: an evaluate then failed with the helper's exit code 137). PID 1 reaps the orphans
+    an agent leaves (their zombies would fill the pids limit) and ignores a root agent's
+    signals."""
     processes = bare_sandbox.container.top()["Processes"]
-    commands = [row[-1] for row in processes]
-    assert "sleep infinity" in commands, processes
-    baseline = bare_sandbox._baseline.split()
-    assert len(baseline) == len(processes), (baseline, processes)
-    run = bare_sandbox.exec_root("for i in 1 2 3 4 5; do (sleep 60 &) ; done; echo started")
+    assert [row[-1] for row in processes] == [f"{HELPER} keep"], processes
+    run = bare_sandbox.exec_root(
+        "for i in 1 2 3 4 5; do (sleep 60 &) ; done; kill -TERM 1; kill -INT 1; echo started"
+    )
     assert run.exit_code == 0, run.output
     bare_sandbox.stop_processes()
     time.sleep(1)
     states = bare_sandbox.exec_root("cat /proc/[0-9]*/stat 2>/dev/null | awk '{print $3}'")
     assert "Z" not in states.output.split(), states.output
+    assert bare_sandbox.is_running()
+    assert len(bare_sandbox.container.top()["Processes"]) == 1
+
+
+def test_the_keeper_ends_on_the_engines_stop(docker_client):
+    """SIGTERM from the engine (outside the container's PID namespace) ends the keeper at once,
+    where ``docker stop`` waited out its grace period for a PID 1 that ignores it."""
+    from harbor_openenv.helper import HelperVolume
+    from harbor_openenv.sandbox import LABEL, LABEL_OWNER, DockerSandbox, remove_containers
+
+    owner = f"test-keeper-{time.monotonic_ns()}"
+    volume = HelperVolume({LABEL: "1", LABEL_OWNER: owner})
+    box = DockerSandbox.start(
+        docker_client,
+        "debian:bookworm-slim",
+        task_id="keeper",
+        owner=owner,
+        network="none",
+        helper_volume=volume.ensure(docker_client, "debian:bookworm-slim"),
+    )
+    try:
+        started = time.monotonic()
+        box.container.stop(timeout=30)
+        took = time.monotonic() - started
+        box.container.reload()
+        assert box.container.attrs["State"]["ExitCode"] == 0, box.container.attrs["State"]
+        assert took < 10, took
+    finally:
+        box.remove()
+        remove_containers(docker_client, owner=owner)
+
+
+def test_stops_that_come_at_once_take_turns(bare_sandbox):
+    """The disk guard's stop and an evaluate's can come at once; side by side, each helper kills
+    the other (a process outside the baseline) and one fails with exit code 137."""
+    for _ in range(5):  # many processes: each stop takes long enough to overlap the others
+        bare_sandbox.exec_root("for i in $(seq 300); do (sleep 60 &) ; done")
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: bare_sandbox.stop_processes(), range(4)))
     assert bare_sandbox.is_running()
 
 

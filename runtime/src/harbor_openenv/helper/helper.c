@@ -4,6 +4,14 @@
  * mounted read-only into every task container, so an agent with root can neither change it nor
  * hook it. It does the work whose honesty decides a reward:
  *
+ *   helper keep
+ *       PID 1 of every task container (the command the runtime starts it with): reaps the
+ *       orphans reparented to it and never exits on its own, so the container's life hangs on no
+ *       other process and no program of the image (a keeper that forked "sleep" died with it when
+ *       a stop killed that sleep). Every signal is blocked and taken with sigwaitinfo: SIGTERM or
+ *       SIGINT from outside the container's PID namespace (the engine's stop; the sender's pid
+ *       reads 0 there) ends it, the same sent by a process inside is ignored, as the kernel
+ *       ignores SIGKILL to a namespace's init.
  *   helper list
  *       prints "pid:starttime " for every process but itself (the baseline kept by stop).
  *   helper stop BASELINE [prepare USER VERIFIER_DIR TESTS_DIR stage|keep]
@@ -37,7 +45,7 @@
  *       real path it reached on stderr), 4: missing (for a write: a folder could not be made),
  *       5: a folder, 6: not a regular file, 1: another error (its message on stderr).
  *
- * Built static with Zig's C compiler (musl, -Os, stripped): 53,664 bytes for x86_64 and 60,712
+ * Built static with Zig's C compiler (musl, -Os, stripped): 54,128 bytes for x86_64 and 61,240
  * for aarch64.
  *
  * Exit status (but file's): 0 done, 2 usage, 97 processes still alive after the time limit, 98
@@ -687,7 +695,21 @@ static int file_action(int op, const char *root, const char *path, const char *l
     }
 }
 
+static int keep(void) {
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, NULL);
+    for (;;) {
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+        siginfo_t info;
+        int sig = sigwaitinfo(&all, &info);
+        if ((sig == SIGTERM || sig == SIGINT) && info.si_pid == 0) return 0;
+    }
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "keep") == 0) return keep();
     if (argc == 2 && strcmp(argv[1], "serve") == 0) return serve();
     if (argc >= 5 && strcmp(argv[1], "file") == 0 && argv[3][0] == '/' && argv[4][0] == '/') {
         int op = strcmp(argv[2], "read") == 0 ? READ : strcmp(argv[2], "write") == 0 ? WRITE
@@ -708,7 +730,7 @@ int main(int argc, char **argv) {
         return prepare(argv[4], argv[5], argv[6], argv[7]);
     }
 usage:
-    fprintf(stderr, "usage: %s serve | list | stop BASELINE [prepare USER VERIFIER_DIR TESTS_DIR"
+    fprintf(stderr, "usage: %s keep | serve | list | stop BASELINE [prepare USER VERIFIER_DIR TESTS_DIR"
                     " stage|keep] | file read ROOT PATH LIMIT | file write|list ROOT PATH\n",
             argv[0]);
     return 2;

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import threading
 import time
 import uuid
 from abc import abstractmethod
@@ -31,12 +32,12 @@ from .errors import SandboxError, TooLargeError
 from .files import AgentFiles, load_script
 from .result import ExecResult
 
-# What keeps an episode's container running, as Harbor's compose file has it: sh is PID 1 and
-# reaps every orphan the agent leaves (its wait takes any child), so zombies never fill the pids
-# limit (``exec sleep`` as PID 1 reaps none: after a fork bomb the verifier could not start). The
-# sleep is sh's child, started a moment after the container: setup.sh waits for it before it lists
-# the baseline, or the stop before grading would kill it and the container with it.
-KEEPER = ("sh", "-c", "sleep infinity")
+# What keeps an episode's container running (its command; the image's ENTRYPOINT, if any, still
+# runs first): the runtime's helper as PID 1, which reaps every orphan the agent leaves (zombies
+# never fill the pids limit) and has no child whose death would end the container. Harbor's compose
+# file has ``sh -c "sleep infinity"``, whose sleep the stop before grading killed, and the
+# container with it, whenever the baseline was listed before sh had forked it.
+KEEPER = (helper.HELPER, "keep")
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
 FOLDER_SKIP_BYTES = 1 << 20  # what a folder read streams through besides the files it keeps
@@ -110,6 +111,7 @@ class Sandbox(AgentFiles):
         self.exceeded: str | None = None  # why the disk guard ended the episode, if it did
         self._real_workdir = "/"  # resolved once by prepare, before the agent can move things
         self._baseline = ""  # processes that ran before the agent did (see mark_baseline)
+        self._stopping = threading.Lock()  # one stop at a time: two would kill each other
         self.channel = ChannelSlot(self.open_channel)
 
     # -- the primitives every backend implements -----------------------------------------------
@@ -304,24 +306,31 @@ class Sandbox(AgentFiles):
         The exec channel is closed first: the helper kills it with the rest.
 
         The helper needs one free process slot: a container held at its pids limit is retried
-        briefly, then reported as the agent's resource use.
+        briefly, then reported as the agent's resource use. One stop runs at a time (the disk
+        guard's and an evaluate's would each kill the other's helper).
         """
-        self.channel.close()
-        command = [helper.HELPER, "stop", self._baseline]
-        if prepare is not None:
-            command += ["prepare", *prepare]
-        for attempt in range(_HELPER_TRIES):
-            result = self._run_helper(command)
-            if result.exit_code == 0:
-                return
-            if not _no_process_slot(result):
-                break
-            time.sleep(0.05 * (attempt + 1))
-        else:
+        with self._stopping:
+            self.channel.close()
+            command = [helper.HELPER, "stop", self._baseline]
+            if prepare is not None:
+                command += ["prepare", *prepare]
+            for attempt in range(_HELPER_TRIES):
+                result = self._run_helper(command)
+                if result.exit_code == 0:
+                    return
+                if not _no_process_slot(result):
+                    break
+                time.sleep(0.05 * (attempt + 1))
+            else:
+                raise SandboxError(
+                    "could not stop the agent's processes: the container stayed at its process"
+                    " limit (pids_limit), so no process could start in it; the agent's processes"
+                    " used every slot"
+                )
+        if not self.is_running():
             raise SandboxError(
-                "could not stop the agent's processes: the container stayed at its process limit"
-                " (pids_limit), so no process could start in it; the agent's processes used"
-                " every slot"
+                "the environment stopped running while the agent's processes were being stopped"
+                f" (the runtime helper's exit code: {result.exit_code})"
             )
         problem = {97: "could not stop the agent's processes", 98: "cannot prepare the verifier"}
         if result.exit_code is None:

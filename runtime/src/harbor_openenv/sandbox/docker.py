@@ -75,8 +75,8 @@ class DockerSandbox(Sandbox):
         helper_volume: str,
         storage_mb: int | None = None,
     ) -> DockerSandbox:
-        """Start a container kept alive by ``sleep infinity``, as Harbor's compose file does, with
-        the runtime's helper mounted read-only from ``helper_volume``.
+        """Start a container kept alive by the runtime's helper (:data:`KEEPER`), mounted read-only
+        from ``helper_volume``.
 
         ``labels`` join the runtime's; ``task_id`` None leaves out the task's (a warm-pool
         container serves whichever task asks first). ``storage_mb`` caps the writable layer
