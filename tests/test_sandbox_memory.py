@@ -121,6 +121,24 @@ def test_stop_processes_retries_while_the_container_is_at_its_pids_limit(
         MemorySandbox(Recorder(default=full)).stop_processes()
 
 
+def test_a_stop_killed_from_outside_runs_again_while_the_container_runs():
+    killed = ExecResult(137, "")
+    handler = Recorder(killed)
+    MemorySandbox(handler).stop_processes()
+    assert [call[0].split()[1] for call in handler.calls] == ["stop", "stop"]
+    handler = Recorder(default=killed)  # three kills in a row: the error names the exit code
+    with pytest.raises(SandboxError, match=r"the runtime helper failed \(exit code 137\)"):
+        MemorySandbox(handler).stop_processes()
+    assert len(handler.calls) == 3
+
+
+def test_a_stop_whose_container_ended_says_so():
+    sandbox = MemorySandbox(Recorder(ExecResult(137, "")))
+    sandbox.removed = True
+    with pytest.raises(SandboxError, match="the environment stopped running"):
+        sandbox.stop_processes()
+
+
 @pytest.mark.parametrize(
     ("answer", "message"),
     [

@@ -14,6 +14,7 @@ go through it while it works; everything else, and every action once it failed, 
 from __future__ import annotations
 
 import functools
+import logging
 import posixpath
 import threading
 import time
@@ -47,7 +48,10 @@ VerifierDirs = tuple[str, str, str, str]
 # A command's standard input: bytes, or a function called once the command started (the engine
 # starts it meanwhile) whose bytes are sent then; end-of-file follows either.
 Stdin = bytes | Callable[[], bytes] | None
+log = logging.getLogger("harbor_openenv")
 _HELPER_TRIES = 20
+_KILLED = 128 + 9  # a helper ended by SIGKILL, as the engine counts it
+_KILLED_TRIES = 2
 
 
 class Healthcheck(Protocol):
@@ -307,26 +311,28 @@ class Sandbox(AgentFiles):
 
         The helper needs one free process slot: a container held at its pids limit is retried
         briefly, then reported as the agent's resource use. One stop runs at a time (the disk
-        guard's and an evaluate's would each kill the other's helper).
+        guard's and an evaluate's would each kill the other's helper). A helper killed from
+        outside (SIGKILL: a root agent racing its first instruction, or the engine) while the
+        container still runs is run again, at most twice: the stop is the same from the start.
         """
         with self._stopping:
             self.channel.close()
             command = [helper.HELPER, "stop", self._baseline]
             if prepare is not None:
                 command += ["prepare", *prepare]
-            for attempt in range(_HELPER_TRIES):
-                result = self._run_helper(command)
-                if result.exit_code == 0:
-                    return
-                if not _no_process_slot(result):
+            result = self._helper_with_a_slot(command)
+            for _ in range(_KILLED_TRIES):
+                if result.exit_code != _KILLED or not self.is_running():
                     break
-                time.sleep(0.05 * (attempt + 1))
-            else:
-                raise SandboxError(
-                    "could not stop the agent's processes: the container stayed at its process"
-                    " limit (pids_limit), so no process could start in it; the agent's processes"
-                    " used every slot"
+                log.warning(
+                    "the runtime helper's stop in %s was killed (exit code %d) while the"
+                    " container runs: running it again",
+                    self.name,
+                    _KILLED,
                 )
+                result = self._helper_with_a_slot(command)
+        if result.exit_code == 0:
+            return
         if not self.is_running():
             raise SandboxError(
                 "the environment stopped running while the agent's processes were being stopped"
@@ -339,6 +345,19 @@ class Sandbox(AgentFiles):
         raise SandboxError(
             f"{problem.get(result.exit_code, 'the runtime helper failed')}"
             f" (exit code {result.exit_code}): {result.output.strip()[-1000:]}"
+        )
+
+    def _helper_with_a_slot(self, argv: list[str]) -> ExecResult:
+        """:meth:`_run_helper`, retried briefly while the container has no free process slot."""
+        for attempt in range(_HELPER_TRIES):
+            result = self._run_helper(argv)
+            if not _no_process_slot(result):
+                return result
+            time.sleep(0.05 * (attempt + 1))
+        raise SandboxError(
+            "could not stop the agent's processes: the container stayed at its process limit"
+            " (pids_limit), so no process could start in it; the agent's processes used every"
+            " slot"
         )
 
     def mark_baseline(self) -> None:
