@@ -278,14 +278,28 @@ def test_paths_through_symlinks_leaving_the_workdir_are_refused(bare_sandbox, us
 
 
 def test_file_actions_need_no_shell_or_coreutils(bare_sandbox):
-    """The helper does read and write alone (list runs the image's ``ls``)."""
-    hide = "for p in dash bash cat head base64; do mv /usr/bin/$p /usr/bin/$p.off; done"
+    """The helper does read and write alone, and lists in ``ls -la``'s very format when the image
+    has no ``ls`` (the image's own ``ls`` is used where there is one)."""
+    made = bare_sandbox.exec_root(
+        "rm -rf /work/listing && mkdir /work/listing && cd /work/listing"
+        " && echo hi > a.txt && touch -- '#hash' -dash .hidden Zed 'big file' && mkdir sub"
+        " && chmod 1777 sub && ln -s a.txt link && mkfifo fifo && mknod null c 1 3"
+        " && touch -d 2020-01-02 old && chmod 4755 old && chown 65534:12345 Zed"
+    )
+    assert made.exit_code == 0, made.output
+    with_ls = bare_sandbox.list_dir("listing"), bare_sandbox.list_dir("listing/link")
+    programs = ("dash", "bash", "cat", "head", "base64", "ls")
+    hide = f"for p in {' '.join(programs)}; do mv /usr/bin/$p /usr/bin/$p.off; done"
     assert bare_sandbox.exec_root(hide).exit_code == 0
     try:
         assert bare_sandbox.write_file("alone.txt", b"no shell\n") == "/work/alone.txt"
         assert bare_sandbox.read_file("alone.txt", max_bytes=100) == (b"no shell\n", False)
+        without = bare_sandbox.list_dir("listing"), bare_sandbox.list_dir("listing/link")
+        assert without == with_ls
+        (zed,) = [line for line in without[0].splitlines() if line.endswith(" Zed")]
+        assert zed.split()[:5] == ["-rw-r--r--", "1", "nobody", "12345", "0"], without[0]
     finally:
-        for name in ("dash", "bash", "cat", "head", "base64"):
+        for name in programs:
             restore = ["/usr/bin/mv", f"/usr/bin/{name}.off", f"/usr/bin/{name}"]
             bare_sandbox.run(
                 restore, timeout_s=10, max_output=100, user="root", env={}, workdir="/"
