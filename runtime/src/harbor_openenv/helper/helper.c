@@ -46,7 +46,7 @@
  *       real path it reached on stderr), 4: missing (for a write: a folder could not be made),
  *       5: a folder, 6: not a regular file, 1: another error (its message on stderr).
  *
- * Built static with Zig's C compiler (musl, -Os, stripped): 71,512 bytes for x86_64 and 76,920
+ * Built static with Zig's C compiler (musl, -Os, stripped): 71,544 bytes for x86_64 and 76,952
  * for aarch64.
  *
  * Exit status (but file's): 0 done, 2 usage, 97 processes still alive after the time limit, 98
@@ -616,9 +616,9 @@ static int copy_out(int in, unsigned long long limit) {
  * /etc/passwd and /etc/group, else their ids), for images that have no ls. */
 
 struct row {
-    char *name;
+    char *name, *link; /* link: a symbolic link's target, else NULL */
     struct stat st;
-    char owner[ENTRY_MAX], group[ENTRY_MAX], size[48], link[PATH_MAX];
+    char owner[ENTRY_MAX], group[ENTRY_MAX], size[48];
 };
 
 /* The name of id in file (/etc/passwd or /etc/group), else the id; the last answer is kept. */
@@ -684,7 +684,7 @@ static void print_rows(struct row *rows, size_t count) {
         strftime(when, sizeof when, recent ? "%b %e %H:%M" : "%b %e  %Y", &tm);
         printf("%s %*lu %-*s %-*s %*s %s %s%s%s\n", mode, links, (unsigned long)r->st.st_nlink,
                owner, r->owner, group, r->group, size, r->size, when, r->name,
-               *r->link ? " -> " : "", r->link);
+               r->link ? " -> " : "", r->link ? r->link : "");
     }
 }
 
@@ -693,8 +693,10 @@ static int stat_row(int dir, const char *name, struct row *row) {
     memset(row, 0, sizeof *row);
     if (fstatat(dir, name, &row->st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
     if (S_ISLNK(row->st.st_mode)) {
-        ssize_t n = readlinkat(dir, name, row->link, sizeof row->link - 1);
-        row->link[n > 0 ? n : 0] = 0;
+        char target[PATH_MAX];
+        ssize_t n = readlinkat(dir, name, target, sizeof target - 1);
+        target[n > 0 ? n : 0] = 0;
+        if (!(row->link = strdup(target))) return -1;
     }
     row->name = strdup(name);
     return row->name ? 0 : -1;
