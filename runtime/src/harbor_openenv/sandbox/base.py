@@ -115,7 +115,7 @@ class Sandbox(AgentFiles):
         self.exceeded: str | None = None  # why the disk guard ended the episode, if it did
         self._real_workdir = "/"  # resolved once by prepare, before the agent can move things
         self._baseline = ""  # processes that ran before the agent did (see mark_baseline)
-        self._stopping = threading.Lock()  # one stop at a time: two would kill each other
+        self._stopping = threading.Lock()  # one stop or list at a time: a stop kills the other
         self.channel = ChannelSlot(self.open_channel)
 
     # -- the primitives every backend implements -----------------------------------------------
@@ -364,8 +364,9 @@ class Sandbox(AgentFiles):
         """Count every process running now as the environment's: :meth:`stop_processes` keeps
         them. Called once an episode's environment is ready, before the agent's first action
         (the exec channel, opened by that action, is never in the baseline)."""
-        self.channel.close()
-        result = self._run_helper([helper.HELPER, "list"])
+        with self._stopping:  # a stop would kill the list
+            self.channel.close()
+            result = self._run_helper([helper.HELPER, "list"])
         if result.exit_code != 0:
             raise SandboxError(f"cannot list processes: {result.output.strip()}")
         self._baseline = result.output.strip()
