@@ -32,7 +32,17 @@ class HelperBuildHook(BuildHookInterface):
                 continue
             subprocess.run(
                 [sys.executable, "-m", "ziglang", "cc", "-target", f"{arch}-linux-musl"]
-                + ["-static", "-Os", "-s", "-Wall", "-Werror", "-o", str(target), str(source)],
+                + [
+                    "-static",
+                    "-Os",
+                    "-s",
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    "-o",
+                    str(target),
+                    str(source),
+                ],
                 check=True,
             )
             stamp.write_text(digest)

@@ -12,6 +12,7 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support_processes import processes
 
 from harbor_openenv.dataset import Dataset
 from harbor_openenv.sandbox import PathEscapeError, SandboxError, resolve_within
@@ -287,9 +288,9 @@ PROCESS_NAMES = st.lists(
 )
 def test_no_agent_process_survives_the_stop(bare_sandbox, name, user, style):
     box = bare_sandbox
-    box.stop_processes()  # what earlier examples left
+    box.ran_as.add("root")
+    box.stop_processes()  # what earlier examples left: every process but the keeper
     box.mark_baseline()
-    baseline = box._baseline
     setup = (
         "printf '%s' \"$1\" > /tmp/plant.sh && printf '%s' \"$2\" > /tmp/super.sh"
         " && chmod 755 /tmp/plant.sh /tmp/super.sh"
@@ -301,15 +302,12 @@ def test_no_agent_process_survives_the_stop(bare_sandbox, name, user, style):
         DAEMON_STYLES[style], timeout_s=10, max_output=1000, user=user, args=(escaped,)
     )
     assert started.exit_code == 0, started.output
-    box.mark_baseline()
-    assert box._baseline != baseline  # the daemon runs
-    box._baseline = baseline
+    assert processes(box)  # the daemon runs
 
     box.stop_processes(prepare=("", "/logs/verifier", "/tests", "stage"))
 
     time.sleep(0.3)  # a survivor would have planted by now
-    box.mark_baseline()
-    assert box._baseline == baseline, (name, user, style)
+    assert processes(box) == [], (name, user, style)
     for reward in ("reward.txt", "reward.json"):
         assert box.read_engine_file(f"/logs/verifier/{reward}", limit=100) is None
     mode = box.exec_root("stat -c '%a %U' /logs/verifier").output.strip()

@@ -86,54 +86,49 @@ def test_exec_after_does_its_work_before_the_command_and_never_uses_the_channel(
     assert events == []  # the command never ran
 
 
-def test_prepare_reads_the_workdir_its_real_path_and_the_baseline():
-    sandbox = MemorySandbox(Recorder(ExecResult(0, "/img\n/real/img\n1 7\n")))
+def test_prepare_reads_the_workdir_its_real_path_and_asks_the_keeper_for_the_baseline():
+    handler = Recorder(ExecResult(0, "/img\n/real/img\n"), ExecResult(0, "1:7 9:12"))
+    sandbox = MemorySandbox(handler)
     sandbox.prepare(None)
     assert (sandbox.workdir, sandbox._real_workdir, sandbox._baseline) == (
         "/img",
         "/real/img",
-        "1 7",
+        "1:7 9:12",
     )
+    assert handler.calls[1][0] == "keeper mark"
     failing = MemorySandbox(Recorder(ExecResult(1, "mkdir: denied")))
     with pytest.raises(SandboxError, match="preparing the container failed: mkdir: denied"):
         failing.prepare("/work")
 
 
-def test_stop_processes_keeps_the_baseline_and_prepares_the_verifier_in_one_call():
-    handler = Recorder(ExecResult(0, "1 5 9\n"))
+def test_stop_names_every_user_whose_code_ran_since_the_baseline_and_prepares_in_one_request():
+    handler = Recorder()
     sandbox = MemorySandbox(handler)
+    sandbox.exec("true", timeout_s=1, max_output=10, user="nobody")  # before the baseline
     sandbox.mark_baseline()
-    sandbox.stop_processes(prepare=("", "/logs/verifier", "/tests", "stage"))
-    listed, stopped = (call[0] for call in handler.calls)
-    assert listed == f"{helper.HELPER} list"
-    assert stopped.startswith(f"{helper.HELPER} stop '1 5 9' prepare '' /logs/verifier /tests")
+    assert sandbox.ran_as == set()
+    sandbox.exec("true", timeout_s=1, max_output=10, user="nobody", channel=True)
+    sandbox.exec("true", timeout_s=1, max_output=10)  # the sandbox's own user: root
+    sandbox.stop_processes(prepare=("nobody", "/logs/verifier", "/tests", "stage"))
+    assert handler.calls[-1][0] == "keeper stop 0,nobody nobody /logs/verifier /tests stage"
+    sandbox.mark_baseline()  # a new baseline: nothing ran since
+    sandbox.stop_processes()
+    assert handler.calls[-1][0] == "keeper stop "
 
 
-def test_stop_processes_retries_while_the_container_is_at_its_pids_limit(
-    monkeypatch: pytest.MonkeyPatch,
-):
-    monkeypatch.setattr("harbor_openenv.sandbox.base.time.sleep", lambda seconds: None)
-    full = ExecResult(126, "exec failed: Resource temporarily unavailable")
-    handler = Recorder(full, full)
-    MemorySandbox(handler).stop_processes()
-    assert len(handler.calls) == 3
-    with pytest.raises(SandboxError, match="pids_limit"):
-        MemorySandbox(Recorder(default=full)).stop_processes()
-
-
-def test_a_stop_killed_from_outside_runs_again_while_the_container_runs():
-    killed = ExecResult(137, "")
-    handler = Recorder(killed)
-    MemorySandbox(handler).stop_processes()
-    assert [call[0].split()[1] for call in handler.calls] == ["stop", "stop"]
-    handler = Recorder(default=killed)  # three kills in a row: the error names the exit code
-    with pytest.raises(SandboxError, match=r"the runtime helper failed \(exit code 137\)"):
-        MemorySandbox(handler).stop_processes()
-    assert len(handler.calls) == 3
+def test_an_agent_command_the_disk_guard_interrupted_never_runs_again():
+    handler = Recorder()
+    sandbox = MemorySandbox(handler)
+    sandbox.exceeded = "the agent's files took 400 MB"
+    with pytest.raises(SandboxError, match="400 MB"):
+        sandbox.exec("dd if=/dev/zero of=big", timeout_s=1, max_output=10, channel=True)
+    assert handler.calls == []
+    sandbox.exec("true", timeout_s=1, max_output=10)  # the orchestrator's commands still run
+    assert len(handler.calls) == 1
 
 
 def test_a_stop_whose_container_ended_says_so():
-    sandbox = MemorySandbox(Recorder(ExecResult(137, "")))
+    sandbox = MemorySandbox(Recorder(ExecResult(97, "killed")))
     sandbox.removed = True
     with pytest.raises(SandboxError, match="the environment stopped running"):
         sandbox.stop_processes()
@@ -142,15 +137,21 @@ def test_a_stop_whose_container_ended_says_so():
 @pytest.mark.parametrize(
     ("answer", "message"),
     [
-        (ExecResult(97, "kill: denied"), r"could not stop the agent's processes \(exit code 97\)"),
-        (ExecResult(98, "chown"), r"cannot prepare the verifier \(exit code 98\): chown"),
-        (ExecResult(None, "", timed_out=True), r"did not finish \(timed out\)"),
-        (ExecResult(None, ""), r"did not finish \(the engine recorded no exit code\)"),
+        (ExecResult(97, "3 left"), r"could not stop the agent's processes \(code 97\): 3 left"),
+        (ExecResult(98, "chown"), r"cannot prepare the verifier \(code 98\): chown"),
+        (ExecResult(2, "usage"), r"the keeper failed \(code 2\): usage"),
     ],
 )
 def test_stop_processes_names_what_failed(answer: ExecResult, message: str):
     with pytest.raises(SandboxError, match=message):
         MemorySandbox(Recorder(answer)).stop_processes()
+
+
+def test_an_answer_out_of_turn_is_an_error():
+    sandbox = MemorySandbox(Recorder())
+    sandbox.ask_keeper = lambda request, timeout_s: "0123 ok"  # type: ignore[method-assign]
+    with pytest.raises(SandboxError, match="out of turn"):
+        sandbox.stop_processes()
 
 
 def test_put_dir_empties_the_destination_then_uploads_root_owned_files(tmp_path: Path):

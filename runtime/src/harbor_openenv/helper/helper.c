@@ -57,14 +57,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
@@ -73,6 +77,19 @@
 #include <unistd.h>
 
 #define STOP_SECONDS 20
+#define ENTRYPOINT_WAIT_MS 5000 /* how long mark waits for an image ENTRYPOINT's start-up */
+
+/* Why the last request failed, for its answer (errors of the keeper's work land here, not on a
+ * stream some other process could share). */
+static char problem[1024];
+
+static void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(problem, sizeof problem, format, args);
+    va_end(args);
+}
 
 struct proc {
     long pid;
@@ -80,10 +97,14 @@ struct proc {
     unsigned long long start;
 };
 
-/* Reads /proc/PID/stat whole; fills state and start time. 0 on success. */
-static int read_stat(long pid, struct proc *out) {
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+/* Reads /proc/PID/stat (below /proc/PID/task/TID/ when tid > 0) whole; fills state and start
+ * time. 0 on success. The command name may hold any byte but NUL: parsed from the last ')'. */
+static int read_stat(long pid, long tid, struct proc *out) {
+    char path[96], buf[4096];
+    if (tid > 0)
+        snprintf(path, sizeof path, "/proc/%ld/task/%ld/stat", pid, tid);
+    else
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -108,83 +129,256 @@ static int read_stat(long pid, struct proc *out) {
     return 0;
 }
 
-static int in_baseline(const char *baseline, const struct proc *proc) {
-    char key[64];
-    snprintf(key, sizeof key, "%ld:%llu", proc->pid, proc->start);
-    size_t len = strlen(key);
-    for (const char *p = baseline; (p = strstr(p, key)) != NULL; p += len) {
-        int starts = p == baseline || p[-1] == ' ';
-        int ends = p[len] == 0 || p[len] == ' ';
-        if (starts && ends) return 1;
+/* Whether a process still runs code: not dead, and, for a zombie leader, no thread of it alive
+ * (a process whose main thread exited shows Z while its other threads run on). */
+static int alive(const struct proc *proc) {
+    if (proc->state == 'X') return 0;
+    if (proc->state != 'Z') return 1;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task", proc->pid);
+    DIR *dir = opendir(path);
+    if (!dir) return 0;
+    int live = 0;
+    struct dirent *entry;
+    while (!live && (entry = readdir(dir)) != NULL) {
+        char *end;
+        long tid = strtol(entry->d_name, &end, 10);
+        struct proc thread;
+        if (!*end && tid > 0 && read_stat(proc->pid, tid, &thread) == 0)
+            live = thread.state != 'Z' && thread.state != 'X';
     }
+    closedir(dir);
+    return live;
+}
+
+/* The real, effective, saved and filesystem uids of a process (/proc/PID/status), 0 on success. */
+static int read_uids(long pid, unsigned long uids[4]) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return -1;
+    int found = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "Uid:", 4) == 0) {
+            found = sscanf(line + 4, "%lu %lu %lu %lu", &uids[0], &uids[1], &uids[2], &uids[3]) == 4
+                        ? 0 : -1;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* The baseline: the processes of the image's own start-up that were running when the runtime
+ * marked them (mark), by pid and start time (a pid reused later is another process). */
+static struct proc *baseline;
+static size_t baseline_count;
+
+static int in_baseline(const struct proc *proc) {
+    for (size_t i = 0; i < baseline_count; i++)
+        if (baseline[i].pid == proc->pid && baseline[i].start == proc->start) return 1;
     return 0;
 }
 
-/* Calls fn for every process in /proc but PID 1 and this one; returns how many fn counted. */
-static int each_process(int (*fn)(const struct proc *, const char *), const char *arg) {
+/* Calls fn for every process in /proc but PID 1 (this keeper); returns how many fn counted, -1
+ * when /proc cannot be listed. */
+static int each_process(int (*fn)(const struct proc *, void *), void *arg) {
     DIR *dir = opendir("/proc");
     if (!dir) return -1;
-    long self = getpid();
     int counted = 0;
     struct dirent *entry;
     while ((entry = readdir(dir)) != NULL) {
         char *end;
         long pid = strtol(entry->d_name, &end, 10);
-        if (*end || pid <= 1 || pid == self) continue;
+        if (*end || pid <= 1) continue;
         struct proc proc;
-        if (read_stat(pid, &proc) == 0) counted += fn(&proc, arg);
+        if (read_stat(pid, 0, &proc) == 0) counted += fn(&proc, arg);
     }
     closedir(dir);
     return counted;
 }
 
-static int print_one(const struct proc *proc, const char *unused) {
+static int count_alive(const struct proc *proc, void *unused) {
     (void)unused;
-    printf("%ld:%llu ", proc->pid, proc->start);
+    return alive(proc);
+}
+
+static int remember(const struct proc *proc, void *room) {
+    if (!alive(proc) || baseline_count == *(size_t *)room) return 0;
+    baseline[baseline_count++] = *proc;
     return 1;
 }
 
-static int kill_one(const struct proc *proc, const char *baseline) {
-    if (in_baseline(baseline, proc)) return 0;
-    if (proc->state == 'Z' || proc->state == 'X') return 0; /* dead: nothing left to run */
-    kill((pid_t)proc->pid, SIGKILL); /* a re-list finds any child it made meanwhile */
+static int kill_outside(const struct proc *proc, void *unused) {
+    (void)unused;
+    if (in_baseline(proc) || !alive(proc)) return 0;
+    kill((pid_t)proc->pid, SIGKILL); /* a zombie leader's live threads die with it */
     return 1;
 }
 
-static int continue_one(const struct proc *proc, const char *baseline) {
-    if (in_baseline(baseline, proc)) kill((pid_t)proc->pid, SIGCONT);
+static int continue_baseline(const struct proc *proc, void *unused) {
+    (void)unused;
+    if (in_baseline(proc)) kill((pid_t)proc->pid, SIGCONT);
     return 0;
 }
 
-static int stop_all(const char *baseline) {
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    /* A child whose fork was under way escapes one kill(-1): a few rounds catch those. */
-    for (int round = 0; round < 3; round++) {
-        kill(-1, SIGSTOP);
-        struct timespec settle = {0, 1000000};
-        nanosleep(&settle, NULL);
-    }
-    int status = 0;
+/* Whether a baseline process runs (really, effectively, saved or on the filesystem) as one of the
+ * uids: a process the agent's uid may ptrace, signal or have replaced is not the image's any more. */
+struct uid_set {
+    const uid_t *uids;
+    int count;
+};
+
+static int shares_a_uid(const struct proc *proc, void *arg) {
+    const struct uid_set *set = arg;
+    unsigned long ids[4];
+    if (!in_baseline(proc) || !alive(proc)) return 0;
+    if (read_uids(proc->pid, ids) != 0) return 1; /* unreadable: assume the worst */
+    for (int i = 0; i < set->count; i++)
+        for (int j = 0; j < 4; j++)
+            if (ids[j] == (unsigned long)set->uids[i]) return 1;
+    return 0;
+}
+
+/* Reaps whatever ended (PID 1 is every orphan's parent); notes the image entrypoint's end. */
+static pid_t entrypoint_pid = -1;
+static int entrypoint_status = -1; /* how it ended, until a stop ends it on purpose */
+
+static void reap(void) {
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+        if (pid == entrypoint_pid) entrypoint_status = status, entrypoint_pid = -1;
+}
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void nap_ms(long ms) {
+    struct timespec pause = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&pause, NULL);
+}
+
+/* Waits until count() of what is left is 0, reaping; 0 done, 97 past STOP_SECONDS. */
+static int wait_gone(int (*fn)(const struct proc *, void *), long long since) {
     for (;;) {
-        int alive = each_process(kill_one, baseline);
-        if (alive < 0) {
-            fprintf(stderr, "cannot list /proc: %s\n", strerror(errno));
-            return 97;
-        }
-        if (alive == 0) break;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - start.tv_sec > STOP_SECONDS) {
-            fprintf(stderr, "%d processes still alive after %d s\n", alive, STOP_SECONDS);
-            status = 97;
-            break;
-        }
-        kill(-1, SIGSTOP);
-        struct timespec pause = {0, 1000000}; /* 1 ms: let the killed exit */
-        nanosleep(&pause, NULL);
+        reap();
+        int left = each_process(fn, NULL);
+        if (left < 0) return say("cannot list /proc: %s", strerror(errno)), 97;
+        if (left == 0) return 0;
+        if (now_ms() - since > STOP_SECONDS * 1000LL)
+            return say("%d processes still alive after %d s", left, STOP_SECONDS), 97;
+        nap_ms(1);
     }
-    each_process(continue_one, baseline);
+}
+
+/* kill(-1, SIGKILL) as uid (a child of this keeper that drops to it): every process that uid may
+ * signal, in one system call no fork races (a forking parent dies with the signal pending, its
+ * child never runs). */
+static int kill_as(uid_t uid, gid_t gid) {
+    pid_t pid = fork();
+    if (pid < 0) return say("fork: %s", strerror(errno)), 97;
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 ||
+            setresuid(uid, uid, uid) != 0)
+            _exit(1);
+        kill(-1, SIGKILL);
+        _exit(0);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return say("cannot drop to uid %lu to stop its processes", (unsigned long)uid), 97;
+    return 0;
+}
+
+/* The stop before grading. With every process of the container untrusted (a uid that ran the
+ * agent's code is root, or a baseline process shares a uid with one that did), PID 1 kills every
+ * other process of its PID namespace with one kill(-1, SIGKILL): no process, thread, group or
+ * fork survives it, by the kernel's rules. Else the baseline's processes (all of other uids) are
+ * kept: each uid kills all of its own processes with one kill(-1) (kill_as), then what is left
+ * outside the baseline (a uid the agent reached through a setuid program the task gave it) is
+ * stopped and killed one by one until none is alive. */
+static int stop(const uid_t *uids, const gid_t *gids, int count, int all) {
+    long long since = now_ms();
+    entrypoint_status = -1;
+    entrypoint_pid = -1; /* from now on its end is a stop's doing, or the agent's */
+    struct uid_set set = {uids, count};
+    if (!all && each_process(shares_a_uid, &set) != 0) all = 1;
+    if (all) {
+        kill(-1, SIGKILL);
+        baseline_count = 0; /* nothing of the image's is left */
+        return wait_gone(count_alive, since);
+    }
+    for (int i = 0; i < count; i++) {
+        int failed = kill_as(uids[i], gids[i]);
+        if (failed) return failed;
+    }
+    for (int round = 0; round < 3; round++) { /* a fork bomb of another uid stops forking */
+        kill(-1, SIGSTOP);
+        nap_ms(1);
+    }
+    int status = wait_gone(kill_outside, since);
+    each_process(continue_baseline, NULL);
     return status;
+}
+
+/* mark: the processes running now are the baseline. An image ENTRYPOINT (this keeper's child) is
+ * given up to ENTRYPOINT_WAIT_MS to reach its keepalive (helper idle) while it is still a shell
+ * script: what it starts before that is the environment's. Fails if the entrypoint has exited. */
+static int is_shell(const char *comm) {
+    return !strcmp(comm, "sh") || !strcmp(comm, "bash") || !strcmp(comm, "dash") ||
+           !strcmp(comm, "ash");
+}
+
+static int entrypoint_starting(void) {
+    if (entrypoint_pid < 0) return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)entrypoint_pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 1; /* between fork and exec */
+    buf[n] = 0;
+    size_t first = strlen(buf);
+    if ((ssize_t)first + 1 < n && !strcmp(buf + first + 1, "idle")) return 0;
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)entrypoint_pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n - (buf[n - 1] == '\n')] = 0;
+    return is_shell(buf);
+}
+
+static int mark(void) {
+    long long since = now_ms();
+    while (entrypoint_starting() && now_ms() - since < ENTRYPOINT_WAIT_MS) {
+        reap();
+        nap_ms(20);
+    }
+    reap();
+    if (entrypoint_status >= 0) {
+        int code = WIFSIGNALED(entrypoint_status) ? 128 + WTERMSIG(entrypoint_status)
+                                                  : WEXITSTATUS(entrypoint_status);
+        return say("the image's ENTRYPOINT exited (code %d)", code), 96;
+    }
+    size_t room = 0;
+    int counted = each_process(count_alive, NULL);
+    if (counted < 0) return say("cannot list /proc: %s", strerror(errno)), 97;
+    room = (size_t)counted + 64;
+    free(baseline);
+    baseline = calloc(room, sizeof *baseline);
+    baseline_count = 0;
+    if (!baseline) return say("out of memory"), 97;
+    each_process(remember, &room);
+    return 0;
 }
 
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
@@ -201,12 +395,12 @@ static int fresh_dir(const char *path, mode_t mode, uid_t uid, gid_t gid) {
                          ? nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT)
                          : unlink(path);
         if (failed) {
-            fprintf(stderr, "cannot remove %s: %s\n", path, strerror(errno));
+            say("cannot remove %s: %s", path, strerror(errno));
             return -1;
         }
     }
     if (mkdir(path, mode) != 0 || chown(path, uid, gid) != 0 || chmod(path, mode) != 0) {
-        fprintf(stderr, "cannot create %s: %s\n", path, strerror(errno));
+        say("cannot create %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -260,7 +454,7 @@ static int lookup(const char *file, const char *name, long *id, long *group, cha
 
 /* Resolves "user", "uid", "user:group" or "uid:gid" as the container runtime does (an unknown
  * numeric id stands for itself); empty means root. */
-static int resolve_user(const char *spec, uid_t *uid, gid_t *gid) {
+static int resolve_user(const char *spec, uid_t *uid, gid_t *gid, char *name) {
     char user[256], *group = NULL;
     snprintf(user, sizeof user, "%s", spec);
     char *colon = strchr(user, ':');
@@ -269,7 +463,8 @@ static int resolve_user(const char *spec, uid_t *uid, gid_t *gid) {
         group = colon + 1;
     }
     long id = 0, primary = 0;
-    if (*user && lookup("/etc/passwd", user, &id, &primary, NULL) != 0) {
+    snprintf(name, ENTRY_MAX, "%s", *user ? "" : "root");
+    if (*user && lookup("/etc/passwd", user, &id, &primary, name) != 0) {
         char *end;
         id = strtol(user, &end, 10);
         if (*end) return -1;
@@ -289,12 +484,33 @@ static int resolve_user(const char *spec, uid_t *uid, gid_t *gid) {
     return 0;
 }
 
+/* The home folder of uid in the image's /etc/passwd (its sixth field); 0 when found. */
+static int home_of(uid_t uid, char *home, size_t size) {
+    FILE *f = fopen("/etc/passwd", "re");
+    if (!f) return -1;
+    char line[4096];
+    int found = -1;
+    while (found && fgets(line, sizeof line, f)) {
+        char *fields[7] = {0}, *p = line;
+        for (int i = 0; i < 7 && p; i++) {
+            fields[i] = p;
+            p = strchr(p, ':');
+            if (p) *p++ = 0;
+        }
+        if (fields[5] && strtol(fields[2], NULL, 10) == (long)uid && *fields[5])
+            found = snprintf(home, size, "%s", fields[5]) < (int)size ? 0 : -1;
+    }
+    fclose(f);
+    return found;
+}
+
 static int prepare(const char *user, const char *verifier_dir, const char *tests_dir,
                    const char *mode) {
     uid_t uid;
     gid_t gid;
-    if (resolve_user(user, &uid, &gid) != 0) {
-        fprintf(stderr, "unknown verifier user %s\n", user);
+    char name[ENTRY_MAX];
+    if (resolve_user(user, &uid, &gid, name) != 0) {
+        say("unknown verifier user %s", user);
         return 98;
     }
     if (real_parent(verifier_dir) != 0 || fresh_dir(verifier_dir, 0755, uid, gid) != 0) return 98;
@@ -316,12 +532,6 @@ static int prepare(const char *user, const char *verifier_dir, const char *tests
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434 /* the same number on every architecture */
 #endif
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Reads exactly n bytes: 0 done, 1 end-of-file before the first byte, -1 otherwise. */
 static int read_full(int fd, unsigned char *buf, size_t n) {
@@ -819,21 +1029,182 @@ static int file_action(int op, const char *root, const char *path, const char *l
     }
 }
 
-static int keep(void) {
+/* -- keep: PID 1 ------------------------------------------------------------------------------ */
+
+/* The supplementary groups of user name (primary gid first), from the image's /etc/group, as
+ * the container runtime gives a container's user. */
+static int user_groups(const char *name, gid_t primary, gid_t *groups, int room) {
+    int count = 0;
+    groups[count++] = primary;
+    FILE *f = fopen("/etc/group", "re");
+    if (!f || !*name) return f ? fclose(f), count : count;
+    char line[4096];
+    while (count < room && fgets(line, sizeof line, f)) {
+        char *fields[4] = {0}, *p = line;
+        for (int i = 0; i < 4 && p; i++) {
+            fields[i] = p;
+            p = strchr(p, ':');
+            if (p) *p++ = 0;
+        }
+        if (!fields[3]) continue;
+        fields[3][strcspn(fields[3], "\r\n")] = 0;
+        for (char *member = strtok(fields[3], ","); member; member = strtok(NULL, ","))
+            if (!strcmp(member, name)) {
+                groups[count++] = (gid_t)strtol(fields[2], NULL, 10);
+                break;
+            }
+    }
+    fclose(f);
+    return count;
+}
+
+/* Starts the image's ENTRYPOINT (argv[1...]) as the image's user (argv[0]), with /dev/null as
+ * its input and this keeper's stderr as its output: never the keeper's stdout, which carries
+ * the answers to the runtime. */
+static void spawn(char **argv) {
+    pid_t pid = fork();
+    if (pid != 0) {
+        entrypoint_pid = pid;
+        if (pid < 0) fprintf(stderr, "helper keep: cannot start the ENTRYPOINT: %s\n", strerror(errno));
+        return;
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int null = open("/dev/null", O_RDONLY);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(2, 1) < 0) _exit(126);
+    close(null);
+    uid_t uid;
+    gid_t gid;
+    char name[ENTRY_MAX];
+    if (resolve_user(argv[0], &uid, &gid, name) != 0) {
+        fprintf(stderr, "helper keep: unknown user %s\n", argv[0]);
+        _exit(126);
+    }
+    gid_t groups[64];
+    int count = user_groups(name, gid, groups, 64);
+    if (setgroups((size_t)count, groups) != 0 || setresgid(gid, gid, gid) != 0 ||
+        setresuid(uid, uid, uid) != 0) {
+        fprintf(stderr, "helper keep: cannot become %s: %s\n", argv[0], strerror(errno));
+        _exit(126);
+    }
+    char home[4096];
+    if (uid != 0 && home_of(uid, home, sizeof home) == 0) setenv("HOME", home, 1);
+    execvp(argv[1], argv + 1);
+    fprintf(stderr, "helper keep: exec %s: %s\n", argv[1], strerror(errno));
+    _exit(127);
+}
+
+/* Splits line at tabs into at most room fields; returns how many. */
+static int fields_of(char *line, char **fields, int room) {
+    int count = 0;
+    for (char *p = line; p && count < room; count++) {
+        fields[count] = p;
+        p = strchr(p, '\t');
+        if (p) *p++ = 0;
+    }
+    return count;
+}
+
+/* stop USERS [VERIFIER_USER VERIFIER_DIR TESTS_DIR stage|keep]: USERS (comma-separated) are
+ * every user whose code ran since the baseline; a user that does not resolve counts as root. */
+static int stop_request(char **f, int n) {
+    if (n != 1 && n != 5) return say("usage: stop USERS [VUSER VDIR TDIR stage|keep]"), 2;
+    uid_t uids[64];
+    gid_t gids[64];
+    int count = 0, all = 0;
+    char name[ENTRY_MAX];
+    for (char *spec = strtok(f[0], ","); spec; spec = strtok(NULL, ",")) {
+        if (count == 64 || resolve_user(spec, &uids[count], &gids[count], name) != 0 ||
+            uids[count] == 0)
+            all = 1;
+        else
+            count++;
+    }
+    int status = stop(uids, gids, count, all);
+    if (status || n == 1) return status;
+    return prepare(f[1], f[2], f[3], f[4]);
+}
+
+/* One request line: "ID mark" or "ID stop ..." (tab-separated); answers "ID ok[ BASELINE]" or
+ * "ID err CODE PROBLEM" on stdout, one line. */
+static void handle(char *line) {
+    char *f[8];
+    int n = fields_of(line, f, 8);
+    problem[0] = 0;
+    int status = 2;
+    int is_mark = n >= 2 && !strcmp(f[1], "mark");
+    if (is_mark) status = n == 2 ? mark() : (say("usage: mark"), 2);
+    else if (n >= 2 && !strcmp(f[1], "stop")) status = stop_request(f + 2, n - 2);
+    else say("unknown request");
+    for (char *p = problem; *p; p++)
+        if (*p == '\n' || *p == '\t') *p = ' ';
+    if (status) {
+        printf("%s err %d %s\n", f[0], status, problem);
+    } else {
+        printf("%s ok", f[0]);
+        if (is_mark)
+            for (size_t i = 0; i < baseline_count; i++)
+                printf(" %ld:%llu", baseline[i].pid, baseline[i].start);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+static int keep(int argc, char **argv) {
+    prctl(PR_SET_DUMPABLE, 0); /* no ptrace, /proc/1/mem or /proc/1/fd for a process of the
+                                  container: only CAP_SYS_PTRACE passes, which Docker never grants */
+    if (getpid() != 1) {
+        fprintf(stderr, "helper keep: must be PID 1 of the container (is an init of the engine's"
+                        " own in front of it?)\n");
+        return 2;
+    }
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, NULL);
+    int signals = signalfd(-1, &all, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (signals < 0) return fprintf(stderr, "helper keep: signalfd: %s\n", strerror(errno)), 2;
+    if (argc >= 2) spawn(argv);
+    static char buf[1 << 16];
+    size_t used = 0;
+    int input = 0;
     for (;;) {
-        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        struct pollfd fds[2] = {{signals, POLLIN, 0}, {input, POLLIN, 0}};
+        if (poll(fds, 2, -1) < 0 && errno != EINTR) nap_ms(10);
+        struct signalfd_siginfo info;
+        while (read(signals, &info, sizeof info) == (ssize_t)sizeof info) {
+            /* SIGTERM or SIGINT from outside the namespace (the engine's stop: sender pid 0) ends
+             * the container; the same from inside is ignored, as SIGKILL to an init is */
+            if ((info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) && info.ssi_pid == 0)
+                return 0;
         }
-        siginfo_t info;
-        int sig = sigwaitinfo(&all, &info);
-        if ((sig == SIGTERM || sig == SIGINT) && info.si_pid == 0) return 0;
+        reap();
+        if (input < 0 || !(fds[1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t got = read(input, buf + used, sizeof buf - 1 - used);
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+            input = -1; /* no runtime attached (stdin closed): keep reaping */
+            continue;
+        }
+        if (got < 0) continue;
+        used += (size_t)got;
+        char *newline;
+        while ((newline = memchr(buf, '\n', used)) != NULL) {
+            *newline = 0;
+            handle(buf);
+            used -= (size_t)(newline + 1 - buf);
+            memmove(buf, newline + 1, used);
+        }
+        if (used == sizeof buf - 1) used = 0; /* a line too long for any request */
     }
 }
 
+static int idle(void) {
+    for (;;) pause();
+}
+
 int main(int argc, char **argv) {
-    if (argc == 2 && strcmp(argv[1], "keep") == 0) return keep();
+    if (argc >= 2 && strcmp(argv[1], "keep") == 0) return keep(argc - 2, argv + 2);
+    if (argc == 2 && strcmp(argv[1], "idle") == 0) return idle();
     if (argc == 2 && strcmp(argv[1], "serve") == 0) return serve();
     if (argc >= 5 && strcmp(argv[1], "file") == 0 && argv[3][0] == '/' && argv[4][0] == '/') {
         int op = strcmp(argv[2], "read") == 0 ? READ : strcmp(argv[2], "write") == 0 ? WRITE
@@ -841,21 +1212,8 @@ int main(int argc, char **argv) {
         if (op >= 0 && argc == (op == READ ? 6 : 5))
             return file_action(op, argv[3], argv[4], op == READ ? argv[5] : "0");
     }
-    if (argc == 2 && strcmp(argv[1], "list") == 0) {
-        if (each_process(print_one, NULL) < 0) return 97;
-        putchar('\n');
-        return 0;
-    }
-    if (argc >= 3 && strcmp(argv[1], "stop") == 0) {
-        int with_prepare = argc == 8 && strcmp(argv[3], "prepare") == 0;
-        if (argc != 3 && !with_prepare) goto usage;
-        int status = stop_all(argv[2]);
-        if (status || !with_prepare) return status;
-        return prepare(argv[4], argv[5], argv[6], argv[7]);
-    }
-usage:
-    fprintf(stderr, "usage: %s keep | serve | list | stop BASELINE [prepare USER VERIFIER_DIR TESTS_DIR"
-                    " stage|keep] | file read ROOT PATH LIMIT | file write|list ROOT PATH\n",
+    fprintf(stderr, "usage: %s keep [USER ENTRYPOINT...] | idle | serve | file read ROOT PATH LIMIT"
+                    " | file write|list ROOT PATH\n",
             argv[0]);
     return 2;
 }

@@ -33,12 +33,13 @@ from .errors import SandboxError, TooLargeError
 from .files import AgentFiles, load_script
 from .result import ExecResult
 
-# What keeps an episode's container running (its command; the image's ENTRYPOINT, if any, still
-# runs first): the runtime's helper as PID 1, which reaps every orphan the agent leaves (zombies
-# never fill the pids limit) and has no child whose death would end the container. Harbor's compose
-# file has ``sh -c "sleep infinity"``, whose sleep the stop before grading killed, and the
-# container with it, whenever the baseline was listed before sh had forked it.
-KEEPER = (helper.HELPER, "keep")
+# What keeps an episode's container running: the runtime's helper as PID 1 (``helper keep``,
+# root, not dumpable), which reaps every orphan, has no child whose death would end the container
+# and does the stop before grading (see :meth:`Sandbox.stop_processes`). The image's ENTRYPOINT, if
+# any, is its child, started as the image's user with Harbor's keepalive (``helper idle`` where
+# Harbor has ``sh -c "sleep infinity"``) as its arguments.
+KEEPER_ENTRYPOINT = (helper.HELPER, "keep")
+KEEPALIVE = (helper.HELPER, "idle")
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
 FOLDER_SKIP_BYTES = 1 << 20  # what a folder read streams through besides the files it keeps
@@ -49,9 +50,12 @@ VerifierDirs = tuple[str, str, str, str]
 # starts it meanwhile) whose bytes are sent then; end-of-file follows either.
 Stdin = bytes | Callable[[], bytes] | None
 log = logging.getLogger("harbor_openenv")
-_HELPER_TRIES = 20
-_KILLED = 128 + 9  # a helper ended by SIGKILL, as the engine counts it
-_KILLED_TRIES = 2
+_KEEPER_TIMEOUT_S = 60.0  # the keeper's stop takes at most 20 s of its own
+_STOP_FAILURES = {
+    96: "the image's ENTRYPOINT exited",
+    97: "could not stop the agent's processes",
+    98: "cannot prepare the verifier",
+}
 
 
 class Healthcheck(Protocol):
@@ -69,6 +73,16 @@ class Healthcheck(Protocol):
     def start_interval_sec(self) -> float: ...
     @property
     def retries(self) -> int: ...
+
+
+def keeper_command(
+    user: str, entrypoint: Sequence[str] | None, command: Sequence[str] | None = None
+) -> list[str]:
+    """The arguments of :data:`KEEPER_ENTRYPOINT`: the keeper's child, run as ``user`` (the
+    image's, "" for root): the ENTRYPOINT with ``command`` (a compose task's own for main, else
+    Harbor's keepalive); nothing when there is neither."""
+    program = [*(entrypoint or ()), *(command or (KEEPALIVE if entrypoint else ()))]
+    return [user or "0", *program] if program else []
 
 
 @dataclass(frozen=True)
@@ -114,8 +128,10 @@ class Sandbox(AgentFiles):
         self.default_user = ""  # the environment's own user (its image's USER), "" for root
         self.exceeded: str | None = None  # why the disk guard ended the episode, if it did
         self._real_workdir = "/"  # resolved once by prepare, before the agent can move things
-        self._baseline = ""  # processes that ran before the agent did (see mark_baseline)
-        self._stopping = threading.Lock()  # one stop or list at a time: a stop kills the other
+        self._baseline = ""  # the keeper's last baseline, as it answered (see mark_baseline)
+        self._stopping = threading.Lock()  # one request to the keeper at a time
+        self._marked = False  # a baseline was taken: every command from now on is untrusted
+        self.ran_as: set[str] = set()  # the users untrusted commands ran as since the baseline
         self.channel = ChannelSlot(self.open_channel)
 
     # -- the primitives every backend implements -----------------------------------------------
@@ -166,6 +182,13 @@ class Sandbox(AgentFiles):
     def disk_usage(self) -> int:
         """Bytes the agent's writes take (apparent sizes), for the disk guard."""
 
+    @abstractmethod
+    def ask_keeper(self, request: str, *, timeout_s: float) -> str:
+        """Send one line to the keeper (PID 1, ``helper keep``) on its standard input and return
+        its answer line, on a connection only the engine holds: no process of the sandbox can
+        write the keeper's input or read its output. Raises :class:`SandboxError` when it cannot
+        be reached or does not answer within ``timeout_s``."""
+
     def open_channel(self, user: str) -> Channel | None:
         """A new exec channel running as ``user`` (:mod:`.channel`); None: this backend has none.
         Raises :class:`SandboxError` when it cannot start."""
@@ -186,7 +209,13 @@ class Sandbox(AgentFiles):
         stdin: Stdin = None,
     ) -> ExecResult:
         """:meth:`run`, through the exec channel first when ``channel`` (an agent's action) and
-        ``stdin`` is bytes."""
+        ``stdin`` is bytes. Once a baseline was taken, ``user`` is one whose code the stop
+        before grading must end (:attr:`ran_as`). An agent's command the disk guard interrupted
+        is never run again: it answers with the guard's error."""
+        if self._marked:
+            self.ran_as.add(user or self.default_user)
+        if self.exceeded and channel:
+            raise SandboxError(self.exceeded)
         if channel and not callable(stdin):
             answer = self.channel.run(
                 argv,
@@ -199,6 +228,8 @@ class Sandbox(AgentFiles):
             )
             if answer is not None:
                 return answer
+            if self.exceeded:  # the guard's stop ended the channel: the command does not rerun
+                raise SandboxError(self.exceeded)
         return self.run(
             argv,
             timeout_s=timeout_s,
@@ -212,13 +243,13 @@ class Sandbox(AgentFiles):
     def prepare(self, workdir: str | None) -> None:
         """Make ``/logs``'s folders, resolve the working directory (None: the image's) and record
         the process baseline; a backend calls it once its environment runs."""
-        setup = self.exec_root(load_script("setup"), helper.HELPER, workdir=workdir or "")
+        setup = self.exec_root(load_script("setup"), workdir=workdir or "")
         if setup.exit_code != 0:
             raise SandboxError(f"preparing the container failed: {setup.output.strip()}")
         lines = [*setup.output.splitlines(), "", ""]
         self.workdir = posixpath.normpath(workdir or lines[0])
         self._real_workdir = lines[1]
-        self._baseline = lines[2].strip()
+        self.mark_baseline()
 
     def exec(
         self,
@@ -304,76 +335,66 @@ class Sandbox(AgentFiles):
         )
 
     def stop_processes(self, prepare: VerifierDirs | None = None) -> None:
-        """Kill every process but the baseline's, whatever its name, user or state, with the
-        runtime's static helper (never the container's programs); then, with ``prepare``, empty
-        the verifier's output folder for its user alone and the tests folder, in the same exec.
-        The exec channel is closed first: the helper kills it with the rest.
-
-        The helper needs one free process slot: a container held at its pids limit is retried
-        briefly, then reported as the agent's resource use. One stop runs at a time (the disk
-        guard's and an evaluate's would each kill the other's helper). A helper killed from
-        outside (SIGKILL: a root agent racing its first instruction, or the engine) while the
-        container still runs is run again, at most twice: the stop is the same from the start.
-        """
-        with self._stopping:
-            self.channel.close()
-            command = [helper.HELPER, "stop", self._baseline]
-            if prepare is not None:
-                command += ["prepare", *prepare]
-            result = self._helper_with_a_slot(command)
-            for _ in range(_KILLED_TRIES):
-                if result.exit_code != _KILLED or not self.is_running():
-                    break
-                log.warning(
-                    "the runtime helper's stop in %s was killed (exit code %d) while the"
-                    " container runs: running it again",
-                    self.name,
-                    _KILLED,
+        """End every process the agent (or a verifier or solve running its code) may have started,
+        whatever its name, user, state or threads; then, with ``prepare``, empty the verifier's
+        output folder for its user alone and the tests folder. The keeper (PID 1, root, not
+        dumpable) does it on a request over its standard input, so no program of the container
+        and no free process slot is needed: with any of :attr:`ran_as` root (or sharing a uid
+        with a baseline process) it kills every other process of the PID namespace with one
+        ``kill(-1, SIGKILL)``, which no fork, thread or process group survives; else each of
+        those users' processes with one ``kill(-1)`` of its own, keeping the image's processes of
+        other users. The exec channel is closed first (it dies with the rest)."""
+        users = sorted(self.ran_as)
+        fields = ["stop", ",".join(user or "0" for user in users)]
+        if prepare is not None:
+            fields += list(prepare)
+        answer = self._keeper(fields)
+        if answer is not None:
+            if not self.is_running():
+                raise SandboxError(
+                    "the environment stopped running while the agent's processes were being"
+                    f" stopped (the keeper answered: {answer})"
                 )
-                result = self._helper_with_a_slot(command)
-        if result.exit_code == 0:
-            return
-        if not self.is_running():
-            raise SandboxError(
-                "the environment stopped running while the agent's processes were being stopped"
-                f" (the runtime helper's exit code: {result.exit_code})"
-            )
-        problem = {97: "could not stop the agent's processes", 98: "cannot prepare the verifier"}
-        if result.exit_code is None:
-            why = "timed out" if result.timed_out else "the engine recorded no exit code"
-            raise SandboxError(f"the runtime helper did not finish ({why})")
-        raise SandboxError(
-            f"{problem.get(result.exit_code, 'the runtime helper failed')}"
-            f" (exit code {result.exit_code}): {result.output.strip()[-1000:]}"
-        )
-
-    def _helper_with_a_slot(self, argv: list[str]) -> ExecResult:
-        """:meth:`_run_helper`, retried briefly while the container has no free process slot."""
-        for attempt in range(_HELPER_TRIES):
-            result = self._run_helper(argv)
-            if not _no_process_slot(result):
-                return result
-            time.sleep(0.05 * (attempt + 1))
-        raise SandboxError(
-            "could not stop the agent's processes: the container stayed at its process limit"
-            " (pids_limit), so no process could start in it; the agent's processes used every"
-            " slot"
-        )
+            code, _, why = answer.partition(" ")
+            problem = _STOP_FAILURES.get(int(code) if code.isdigit() else 0, "the keeper failed")
+            raise SandboxError(f"{problem} (code {code}): {why}")
 
     def mark_baseline(self) -> None:
-        """Count every process running now as the environment's: :meth:`stop_processes` keeps
-        them. Called once an episode's environment is ready, before the agent's first action
-        (the exec channel, opened by that action, is never in the baseline)."""
-        with self._stopping:  # a stop would kill the list
-            self.channel.close()
-            result = self._run_helper([helper.HELPER, "list"])
-        if result.exit_code != 0:
-            raise SandboxError(f"cannot list processes: {result.output.strip()}")
-        self._baseline = result.output.strip()
+        """Count every process running now as the environment's: the keeper keeps them through
+        a stop where that is safe. Called once an episode's environment is ready, before the
+        agent's first action (the exec channel, opened by that action, is never in the
+        baseline); from then on every command's user is recorded in :attr:`ran_as`."""
+        answer = self._keeper(["mark"])
+        if answer is not None:
+            code, _, why = answer.partition(" ")
+            if code == "96":
+                raise SandboxError(f"{why}: {self.logs_tail()}".rstrip(": "))
+            raise SandboxError(f"cannot list processes (code {code}): {why}")
+        self._marked = True
+        self.ran_as.clear()
 
-    def _run_helper(self, argv: list[str]) -> ExecResult:
-        """Run the runtime's helper as root, directly (no shell of the container's)."""
-        return self.run(argv, timeout_s=60, max_output=1 << 20, user="root", env={}, workdir="/")
+    def logs_tail(self) -> str:
+        """The environment's last output lines, for an error (backends that have them)."""
+        return ""
+
+    def _keeper(self, fields: list[str]) -> str | None:
+        """One request to the keeper: None when it answered ok (a mark's baseline lands in
+        :attr:`_baseline`), else its error's code and problem."""
+        if any("\t" in field or "\n" in field for field in fields):
+            raise SandboxError(f"a tab or a newline in a keeper request: {fields!r}")
+        ident = uuid.uuid4().hex[:12]
+        with self._stopping:
+            self.channel.close()
+            answer = self.ask_keeper("\t".join([ident, *fields]), timeout_s=_KEEPER_TIMEOUT_S)
+        head, _, rest = answer.partition(" ")
+        status, _, detail = rest.partition(" ")
+        if head != ident or status not in ("ok", "err"):
+            raise SandboxError(f"the keeper gave an answer out of turn: {answer[:200]!r}")
+        if status == "err":
+            return detail
+        if fields[0] == "mark":
+            self._baseline = detail
+        return None
 
     # -- the orchestrator's files, through the engine ------------------------------------------
 
@@ -479,11 +500,3 @@ def _go_after(work: Callable[[], object]) -> bytes:
 
 def _too_large(path: str, size: int, limit: int) -> TooLargeError:
     return TooLargeError(f"{path} is {size} bytes, over the limit of {limit}")
-
-
-def _no_process_slot(result: ExecResult) -> bool:
-    """Whether an exec failed to start because the container has no free process slot."""
-    return result.exit_code in (126, 127, None) and (
-        "resource temporarily unavailable" in result.output.lower()
-        or "cannot allocate memory" in result.output.lower()
-    )

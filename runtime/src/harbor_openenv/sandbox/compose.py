@@ -30,9 +30,9 @@ from typing import IO, Any
 import docker
 
 from .. import helper
-from .base import KEEPER, Archive, Sandbox, Stdin
+from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, Stdin, keeper_command
 from .channel import Channel
-from .docker import DockerSandbox
+from .docker import DockerSandbox, image_config
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK, make_scratch
 from .result import ExecResult
@@ -182,7 +182,6 @@ class ComposeSandbox(Sandbox):
         scratch = make_scratch(owner)
         main: dict[str, Any] = {
             "image": image,
-            "command": list(KEEPER),
             "volumes": [
                 {
                     "type": "volume",
@@ -233,6 +232,21 @@ class ComposeSandbox(Sandbox):
         for svc, spec in model["services"].items():
             if build_network and isinstance((spec or {}).get("build"), dict):
                 override["services"][svc]["build"] = {"network": build_network}
+        spec = model["services"][MAIN_SERVICE] or {}
+        image_user, image_entrypoint = image_config(client, spec.get("image") or image)
+        user = str(spec.get("user") or image_user)
+        entrypoint = spec.get("entrypoint", image_entrypoint)
+        override["services"][MAIN_SERVICE].update(
+            {  # the keeper as PID 1 (see DockerSandbox.start), whatever the task's file says
+                "entrypoint": list(KEEPER_ENTRYPOINT),
+                "command": [
+                    _escape(arg) for arg in keeper_command(user, entrypoint, spec.get("command"))
+                ],
+                "user": "0",
+                "stdin_open": True,
+                "init": False,
+            }
+        )
         override["services"][MAIN_SERVICE]["environment"] = env or {}
         if workdir:
             override["services"][MAIN_SERVICE]["working_dir"] = workdir
@@ -260,7 +274,8 @@ class ComposeSandbox(Sandbox):
             if not found:
                 raise SandboxError(f"{task_id}: the compose service main is not running")
             sandbox = cls(project, scratch, DockerSandbox(client, found[0]))
-            sandbox.default_user = sandbox.main.running_user()
+            sandbox.main.check_running()
+            sandbox.default_user = sandbox.main.default_user = user
             sandbox.prepare(workdir)
         except BaseException:
             _down(project, scratch)
@@ -304,6 +319,12 @@ class ComposeSandbox(Sandbox):
     def open_channel(self, user: str) -> Channel:
         return self.main.open_channel(user)
 
+    def ask_keeper(self, request: str, *, timeout_s: float) -> str:
+        return self.main.ask_keeper(request, timeout_s=timeout_s)
+
+    def logs_tail(self) -> str:
+        return self.main.logs_tail()
+
     def upload(self, destination: str, archive: bytes | IO[bytes]) -> None:
         self.main.upload(destination, archive)
 
@@ -315,6 +336,11 @@ class ComposeSandbox(Sandbox):
 
     def disk_usage(self) -> int:
         return self.main.disk_usage()
+
+
+def _escape(value: str) -> str:
+    """``value`` as a compose file holds it literally (``$`` would be interpolated)."""
+    return value.replace("$", "$$")
 
 
 def _down(project: ComposeProject, scratch: str | None) -> None:

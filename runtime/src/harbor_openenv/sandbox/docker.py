@@ -27,7 +27,7 @@ import requests
 from docker.models.containers import Container
 
 from .. import helper
-from .base import KEEPER, Archive, Sandbox, Stdin
+from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, Stdin, keeper_command
 from .channel import Channel
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK
@@ -75,13 +75,15 @@ class DockerSandbox(Sandbox):
         helper_volume: str,
         storage_mb: int | None = None,
     ) -> DockerSandbox:
-        """Start a container kept alive by the runtime's helper (:data:`KEEPER`), mounted read-only
-        from ``helper_volume``.
+        """Start a container whose PID 1 is the runtime's keeper (:data:`KEEPER_ENTRYPOINT`, as
+        root, the image's ENTRYPOINT its child as the image's user), mounted read-only from
+        ``helper_volume``.
 
         ``labels`` join the runtime's; ``task_id`` None leaves out the task's (a warm-pool
         container serves whichever task asks first). ``storage_mb`` caps the writable layer
         where the engine's storage driver can (overlay2 on xfs with project quotas).
         """
+        user, entrypoint = image_config(client, image)
         options: dict[str, Any] = {"mounts": [helper.mount(helper_volume)]}
         if storage_mb and not _QUOTA_REFUSED:
             options["storage_opt"] = {"size": f"{storage_mb}M"}
@@ -96,7 +98,11 @@ class DockerSandbox(Sandbox):
         run = functools.partial(
             client.containers.run,
             image,
-            list(KEEPER),
+            keeper_command(user, entrypoint),
+            entrypoint=list(KEEPER_ENTRYPOINT),
+            user="0",  # the keeper; every command runs as its own user
+            stdin_open=True,  # the keeper's requests (ask_keeper)
+            init=False,  # the keeper must be PID 1, whatever the engine's default
             detach=True,
             labels={
                 LABEL: "1",
@@ -120,36 +126,47 @@ class DockerSandbox(Sandbox):
             raise SandboxError(
                 f"starting a container from {image} failed: {exc.explanation}"
             ) from None
-        return cls.attach(client, container, workdir=workdir)
+        return cls.attach(client, container, user=user, workdir=workdir)
 
     @classmethod
     def attach(
-        cls, client: docker.DockerClient, container: Container, *, workdir: str | None = None
+        cls,
+        client: docker.DockerClient,
+        container: Container,
+        *,
+        user: str,
+        workdir: str | None = None,
     ) -> DockerSandbox:
-        """Prepare a running container (``/logs``, the workdir, the process baseline); it is
-        removed if that fails."""
+        """Prepare a running container (``/logs``, the workdir, the process baseline) whose
+        commands run as ``user`` by default (the image's USER, "" for root); it is removed if
+        that fails."""
         sandbox = cls(client, container)
         try:
-            sandbox.default_user = sandbox.running_user()
+            sandbox.check_running()
+            sandbox.default_user = user
             sandbox.prepare(workdir)
         except BaseException:
             sandbox.remove()
             raise
         return sandbox
 
-    def running_user(self) -> str:
-        """The container's own user (its image's USER, "" for root) once it runs; raises
-        :class:`SandboxError` with its last log lines if it exited."""
+    def check_running(self) -> None:
+        """Raise :class:`SandboxError` with the container's last log lines if it exited."""
         container = self.container
         container.reload()
         if container.status != "running":
-            logs = container.logs(tail=20).decode(errors="replace")
             image = container.image
             raise SandboxError(
                 f"the container of {(image.tags or image.id) if image else '?'} exited at"
-                f" once ({container.status}):\n{logs}"
+                f" once ({container.status}):\n{self.logs_tail()}"
             )
-        return container.attrs["Config"].get("User") or ""
+
+    def logs_tail(self) -> str:
+        """The container's last 20 lines of output (the keeper's and the ENTRYPOINT's)."""
+        try:
+            return self.container.logs(tail=20).decode(errors="replace").strip()
+        except docker.errors.DockerException:
+            return ""
 
     # -- the primitives ------------------------------------------------------------------------
 
@@ -170,12 +187,47 @@ class DockerSandbox(Sandbox):
         api = self._client.api
         try:
             exec_id = api.exec_create(
-                self.container.id, [helper.HELPER, "serve"], user=user, stdin=True, workdir="/"
+                self.container.id,
+                [helper.HELPER, "serve"],
+                user=user or self.default_user,
+                stdin=True,
+                workdir="/",
             )["Id"]
             sock = api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start the exec channel: {exc.explanation or exc}") from None
         return Channel(sock, user)
+
+    def ask_keeper(self, request: str, *, timeout_s: float) -> str:
+        """One line to PID 1's standard input, its answer from its standard output, over an
+        attach of the engine's (no program of the container takes part)."""
+        api = self._client.api
+        params = {"stdin": 1, "stdout": 1, "stream": 1}
+        try:
+            sock = api.attach_socket(cast(str, self.container.id), params=params)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot reach the keeper: {exc.explanation or exc}") from None
+        raw = cast(socket.socket, getattr(sock, "_sock", sock))
+        ident = request.split("\t", 1)[0].encode() + b" "
+        buffer = b""
+        try:
+            raw.sendall(request.encode() + b"\n")
+            deadline = time.monotonic() + timeout_s
+            for data in _frames(raw, deadline, _read_ahead(sock, raw)):
+                buffer += data
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.startswith(ident):  # an earlier request's late answer is skipped
+                        return line.decode(errors="replace")
+        except TimeoutError:
+            raise SandboxError(
+                f"the keeper (PID 1) did not answer within {timeout_s:g} s"
+            ) from None
+        except OSError as exc:
+            raise SandboxError(f"lost the keeper's connection: {exc}") from None
+        finally:
+            sock.close()
+        raise SandboxError("the keeper's output ended (is PID 1 the runtime's helper?)")
 
     def remove(self) -> None:
         """Remove the container (idempotent)."""
@@ -210,13 +262,14 @@ class DockerSandbox(Sandbox):
         workdir: str,
         stdin: Stdin = None,
     ) -> ExecResult:
-        """Run ``argv`` through the engine's exec API; ``stdin`` is its standard input."""
+        """Run ``argv`` through the engine's exec API; ``stdin`` is its standard input. User ""
+        is the image's (the container's own is the keeper's root)."""
         api = self._client.api
         try:
             exec_id = api.exec_create(
                 self.container.id,
                 list(argv),
-                user=user,
+                user=user or self.default_user,
                 environment=[f"{key}={value}" for key, value in env.items()],
                 workdir=workdir,
                 stdin=stdin is not None,
@@ -288,6 +341,15 @@ class DockerSandbox(Sandbox):
             yield Archive(size, cast(IO[bytes], _StreamReader(chunks)))
         finally:
             response.close()
+
+
+def image_config(client: docker.DockerClient, image: str) -> tuple[str, list[str] | None]:
+    """The image's USER ("" for root) and ENTRYPOINT (None: none)."""
+    try:
+        config = _private_api(client).inspect_image(image).get("Config") or {}
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"cannot read the image {image}: {exc.explanation or exc}") from None
+    return config.get("User") or "", config.get("Entrypoint") or None
 
 
 def _private_api(client: docker.DockerClient) -> Any:

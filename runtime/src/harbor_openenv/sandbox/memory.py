@@ -98,6 +98,16 @@ class MemorySandbox(Sandbox):
         buffer.seek(0)
         yield Archive(len(self.files[path]) if path in self.files else 0, buffer)
 
+    def ask_keeper(self, request: str, *, timeout_s: float) -> str:
+        """The handler's answer to ``keeper REQUEST`` (the request without its id, tab-separated
+        fields joined by spaces), as the keeper's line: exit code 0 is ``ok`` and the output,
+        else ``err CODE output``."""
+        ident, _, rest = request.partition("\t")
+        result = self._handler(f"keeper {rest.replace(chr(9), ' ')}", "root", {}, "/")
+        if result.exit_code == 0:
+            return f"{ident} ok {result.output.strip()}".rstrip()
+        return f"{ident} err {result.exit_code} {result.output.strip()}"
+
     def is_running(self) -> bool:
         return not self.removed
 
