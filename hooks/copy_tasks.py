@@ -177,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         default="refuse",
         help="keep: copy invalid tasks as they are (the server refuses them with their reasons)",
     )
+    parser.add_argument(
+        "--local-repos",
+        choices=("allow", "refuse"),
+        default="refuse",
+        help="allow: a registry's tasks may come from repositories on this machine",
+    )
     args = parser.parse_args(argv)
     if args.runtime_wheel_only:
         if args.build_runtime:
@@ -192,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
             # Resolved before anything is written: a reference that fails leaves no tasks/.
             log(f"Resolving {args.dataset} ...")
             try:
-                resolved = refs.resolve(args.dataset, args.registry, Path(workdir))
+                resolved = refs.resolve(
+                    args.dataset,
+                    args.registry,
+                    Path(workdir),
+                    local_repos=args.local_repos == "allow",
+                )
             except refs.RefError as exc:
                 fail(f"cannot resolve the dataset reference {exc}")
             source, record = resolved.root, resolved.record

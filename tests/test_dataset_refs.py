@@ -111,11 +111,16 @@ def registry(tmp_path: Path) -> dict:
     }
 
 
-def copier_copy(dest: Path, dataset: str, registry: Path | str) -> subprocess.CompletedProcess:
+def copier_copy(
+    dest: Path, dataset: str, registry: Path | str, *, local: bool = True
+) -> subprocess.CompletedProcess:
+    """``copier copy`` of a reference; ``local``: the test registry's repositories are on this
+    machine, which needs the explicit opt-in."""
     return subprocess.run(
         [sys.executable, "-m", "copier", "copy", "--trust", "--defaults", "--quiet"]
         + ["--vcs-ref", "HEAD", "-d", f"dataset_path={dataset}"]
         + (["-d", f"registry={registry}"] if registry else [])
+        + (["-d", "registry_local_repos=true"] if registry and local else [])
         + [str(ROOT), str(dest)],
         capture_output=True,
         text=True,
@@ -148,7 +153,7 @@ def test_registry_reference_copies_pinned_commits_and_sync_re_resolves(registry,
     assert "**3** tasks" in readme
 
     registry["pin"](1)  # the registry now pins the second commits
-    result = sync(dest)
+    result = sync(dest, "--allow-local-repos")
     assert result.returncode == 0, result.stderr
     assert "changed: alpha" in result.stdout and "changed: gamma" in result.stdout
     assert files_only(dest / "tasks") == files_only(registry["expected"][2])
@@ -264,7 +269,7 @@ def test_sync_to_another_reference_given_on_the_command_line(registry, tmp_path)
         "harbor-openenv sync-tasks: other@2: a registry reference needs a registry file"
         " (copier: -d registry=PATH or URL; sync-tasks: --registry)"
     )
-    result = sync(dest, "other@2", "--registry", registry["path"].as_uri())
+    result = sync(dest, "other@2", "--registry", registry["path"].as_uri(), "--allow-local-repos")
     assert result.returncode == 0, result.stderr
     assert "removed: beta" in result.stdout and "removed: gamma" in result.stdout
     assert sorted(p.name for p in (dest / "tasks").iterdir()) == ["alpha"]
@@ -283,7 +288,9 @@ HARBOR_VENV = Path(
 def test_harbor_downloads_the_same_tasks_from_the_same_registry(registry, tmp_path):
     """Harbor 0.25's own `harbor datasets download --registry-path` (Harbor's venv, installed by
     .ci/interop-tools.sh) reads our test registry and lays out the same bytes and modes."""
-    ours = refs.resolve_registry("demo@1.0", str(registry["path"]), tmp_path / "ours")
+    ours = refs.resolve_registry(
+        "demo@1.0", str(registry["path"]), tmp_path / "ours", local_repos=True
+    )
     out = tmp_path / "harbor"
     result = subprocess.run(
         [str(HARBOR_VENV / "bin" / "harbor"), "datasets", "download", "demo@1.0"]
@@ -304,6 +311,7 @@ def test_a_relative_registry_path_and_a_missing_one(registry, tmp_path):
         + [str(ROOT), str(dest)],
         capture_output=True,
         text=True,
+        + ["-d", "registry_local_repos=true"],
         cwd=tmp_path,  # relative to where copier runs, recorded absolute for sync-tasks
     )
     assert result.returncode == 0, result.stderr
@@ -313,3 +321,52 @@ def test_a_relative_registry_path_and_a_missing_one(registry, tmp_path):
     assert result.returncode != 0
     assert "Give the registry file (a path or URL) that lists demo@1.0" in result.stderr
     assert not missing.exists()
+
+
+def test_local_repositories_need_the_users_opt_in(registry, tmp_path):
+    """A registry file naming repositories on this machine (file://, a path) is refused unless
+    the user says so: copier's answer, sync-tasks' flag, the API's keyword."""
+    dest = tmp_path / "env"
+    result = copier_copy(dest, "demo@1.0", registry["path"], local=False)
+    assert result.returncode != 0
+    assert "is a local repository (a path or file://)" in result.stderr, result.stderr
+    assert "-d registry_local_repos=true" in result.stderr
+    assert not dest.exists()
+    plain_path = json.loads(registry["path"].read_text())
+    for row in plain_path:
+        for task in row["tasks"]:
+            task["git_url"] = task["git_url"].removeprefix("file://")
+    (tmp_path / "paths.json").write_text(json.dumps(plain_path))
+    with pytest.raises(refs.RefError, match="is a local repository"):
+        refs.resolve_registry("demo@1.0", str(tmp_path / "paths.json"), tmp_path / "w1")
+    assert copier_copy(dest, "demo@1.0", registry["path"]).returncode == 0
+    result = sync(dest)  # re-resolving needs the opt-in again
+    assert result.returncode == 2 and "--allow-local-repos" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("git_commit_id", "--upload-pack=cat /etc/passwd", "is not a commit id"),
+        ("git_commit_id", "main", "is not a commit id"),
+        ("git_url", "--upload-pack=touch /tmp/pwned", "is a local repository"),
+    ],
+)
+def test_registry_fields_never_reach_git_as_options(registry, tmp_path, field, value, message):
+    rows = json.loads(registry["path"].read_text())
+    rows[0]["tasks"][0][field] = value
+    (tmp_path / "bad.json").write_text(json.dumps(rows))
+    with pytest.raises(refs.RefError, match=message) as raised:
+        refs.resolve_registry("demo@1.0", str(tmp_path / "bad.json"), tmp_path / "w")
+    assert "root:" not in str(raised.value)
+
+
+def test_a_url_that_looks_like_an_option_is_a_url_to_git(registry, tmp_path):
+    """With the opt-in, git still gets "--" before the URL: an option-looking one is a missing
+    repository, never an option."""
+    rows = json.loads(registry["path"].read_text())
+    rows[0]["tasks"][0]["git_url"] = "--upload-pack=touch " + str(tmp_path / "pwned")
+    (tmp_path / "bad.json").write_text(json.dumps(rows))
+    with pytest.raises(refs.RefError, match="git clone of --upload-pack"):
+        refs.resolve_registry("demo@1.0", str(tmp_path / "bad.json"), tmp_path / "w", local_repos=True)
+    assert not (tmp_path / "pwned").exists()

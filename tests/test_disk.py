@@ -71,3 +71,17 @@ def test_the_periodic_check_measures_every_watched_sandbox_unasked():
             assert box.measured.wait(2)
     finally:
         guard.close()
+
+
+def test_a_sandbox_over_its_limit_stays_measured_and_is_stopped_again():
+    """Once marked, a sandbox is still measured: each check over the limit stops the agent's
+    processes again (before, a marked sandbox was never measured again)."""
+    guard, box = DiskGuard(interval_s=30), Counted()
+    box.used = 2 << 20
+    guard.check(box, limit_mb=1)  # type: ignore[arg-type]
+    first = box.exceeded
+    assert box.stopped.is_set() and first
+    box.stopped.clear()
+    box.used = 3 << 20  # something the agent asked for wrote on
+    guard.check(box, limit_mb=1)  # type: ignore[arg-type]
+    assert box.stopped.is_set() and box.exceeded == first

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from _processes import processes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support_processes import processes
 
 from harbor_openenv.dataset import Dataset
 from harbor_openenv.sandbox import PathEscapeError, SandboxError, resolve_within

@@ -383,6 +383,12 @@ def test_file_actions_run_as_the_agents_user(srv):
         assert passwd.startswith("root:x:0:0"), passwd
 
 
+def _size_rw(client, container: str) -> int:
+    """The container's writable layer, as the engine counts it (the disk guard's measure)."""
+    url = client.api._url("/containers/{0}/json", container)
+    return client.api._result(client.api._get(url, params={"size": 1}), True)["SizeRw"]
+
+
 def test_disk_use_is_bounded_by_default(docker_client, tasks):
     """Item 11: this engine (overlay2 on ext4) gives no quota, so the disk guard holds the
     limit: a task's storage_mb, else HARBOR_OPENENV_DISK_MB. Over it during grading, the guard
@@ -398,17 +404,21 @@ def test_disk_use_is_bounded_by_default(docker_client, tasks):
                     break
             assert result.done and result.reward is None, result.observation
             assert "over its limit of 200 MB" in result.observation.error
+        with server.client() as env:  # a foreground write over the channel: never run again
+            env.reset(task_id="grade")
+            result = env.exec("head -c 4G /dev/zero > big")  # the periodic check stops it
+            (found,) = runtime_containers(docker_client, server.owner_prefix)
+            size = _size_rw(docker_client, found["Id"])
+            print(f"disk guard: a 4 GiB foreground write stopped at {size / 2**20:.0f} MB")
+            assert "over its limit of 200 MB" in (result.observation.error or ""), result
+            assert size < 3 << 30  # before: the stopped command ran again through the engine
+            assert env.exec("true").done
         with server.client() as env:  # a background writer: the periodic check ends it
             env.reset(task_id="grade")
             env.exec("setsid sh -c 'head -c 8G /dev/zero > big' </dev/null >/dev/null 2>&1 &")
             env.exec("sleep 4")  # the guard stops every agent process, this one too
             (found,) = runtime_containers(docker_client, server.owner_prefix)
-            size = docker_client.api._result(
-                docker_client.api._get(
-                    docker_client.api._url("/containers/{0}/json", found["Id"]), params={"size": 1}
-                ),
-                True,
-            )["SizeRw"]
+            size = _size_rw(docker_client, found["Id"])
             print(f"disk guard: an 8 GiB background write stopped at {size / 2**20:.0f} MB")
             assert size < 4 << 30  # stopped long before its end (how far: the disk's speed)
             result = env.evaluate()

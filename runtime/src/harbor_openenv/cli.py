@@ -482,7 +482,9 @@ def cmd_sync_tasks(args: argparse.Namespace) -> int:
                 registry = args.registry or str(recorded.get("registry", ""))
             else:
                 reference, registry = args.dataset, args.registry
-            resolved = refs.resolve(reference, registry, Path(workdir))
+            resolved = refs.resolve(
+                reference, registry, Path(workdir), local_repos=args.allow_local_repos
+            )
         except refs.RefError as exc:
             print(f"harbor-openenv sync-tasks: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -675,6 +677,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sync.add_argument(
         "--repo", type=Path, default=Path("."), help="the environment repo (default: here)"
+    )
+    sync.add_argument(
+        "--allow-local-repos",
+        action="store_true",
+        help="a registry's tasks may come from git repositories on this machine (a path or"
+        " file:// as git_url); refused by default: a registry could name any repository here",
     )
     sync.add_argument("--force", action="store_true", help="discard local changes to tasks/")
     sync.add_argument("--dry-run", action="store_true", help="report, write nothing")

@@ -67,9 +67,9 @@ class DiskGuard:
             self._cond.notify()
 
     def check(self, sandbox: Sandbox, limit_mb: int) -> None:
-        """Measure one sandbox now; over its limit, stop the agent and mark the sandbox."""
-        if sandbox.exceeded:
-            return
+        """Measure one sandbox now; over its limit, mark the sandbox and stop the agent. A
+        sandbox stays watched once marked: every later check over the limit stops again, until
+        the episode ends (nothing the agent asked for runs on unmeasured)."""
         try:
             used = sandbox.disk_usage()
         except SandboxError as exc:  # the container may be going away
@@ -77,12 +77,13 @@ class DiskGuard:
             return
         if used <= limit_mb << 20:
             return
-        sandbox.exceeded = (
-            f"the agent's files took {used / 2**20:.0f} MB of the container's disk, over its limit"
-            f" of {limit_mb} MB ([environment].storage_mb, else HARBOR_OPENENV_DISK_MB); the"
-            " episode ended and its processes were stopped"
-        )
-        log.warning("disk guard: %s", sandbox.exceeded)
+        if not sandbox.exceeded:
+            sandbox.exceeded = (
+                f"the agent's files took {used / 2**20:.0f} MB of the container's disk, over its"
+                f" limit of {limit_mb} MB ([environment].storage_mb, else HARBOR_OPENENV_DISK_MB);"
+                " the episode ended and its processes were stopped"
+            )
+            log.warning("disk guard: %s", sandbox.exceeded)
         try:
             sandbox.stop_processes()
         except SandboxError as exc:

@@ -103,6 +103,31 @@ def load_registry(location: str, reference: str) -> list[RegistryDataset]:
         raise RefError(f"{reference}: cannot read the registry {location}: {first}") from None
 
 
+_REMOTE_URL = re.compile(r"^(https?|ssh|git)://[^/\s]|^[\w.-]+@[\w.-]+:[^\s]")  # or scp-like
+_OBJECT_ID = re.compile(r"^[0-9a-fA-F]{7,64}$")
+
+
+def _checked_source(task: RegistryTask, reference: str, local_repos: bool) -> tuple[str, str]:
+    """A registry task's git URL and commit, refused unless safe to hand to git: the commit a
+    hex object id (or none: HEAD), the URL a remote one (http(s), ssh, git or scp-like) unless
+    ``local_repos`` (the user's explicit opt-in: a registry file could name any repository on
+    this machine, whose files would land in tasks/ and in a published environment repo)."""
+    assert task.git_url is not None
+    commit = task.git_commit_id or "HEAD"
+    if commit != "HEAD" and not _OBJECT_ID.match(commit):
+        raise RefError(
+            f"{reference}: task {task.name}: git_commit_id {commit[:80]!r} is not a commit id"
+            " (7 to 64 hex digits)"
+        )
+    if not local_repos and not _REMOTE_URL.match(task.git_url):
+        raise RefError(
+            f"{reference}: task {task.name}: git_url {task.git_url[:200]!r} is a local"
+            " repository (a path or file://); allow local repositories explicitly to use it"
+            " (copier: -d registry_local_repos=true; sync-tasks: --allow-local-repos)"
+        )
+    return task.git_url, commit
+
+
 def _git(args: list[str], cwd: Path | None, reference: str, what: str) -> str:
     result = subprocess.run(
         ["git", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=600
@@ -113,8 +138,11 @@ def _git(args: list[str], cwd: Path | None, reference: str, what: str) -> str:
     return result.stdout.strip()
 
 
-def resolve_registry(reference: str, registry: str, workdir: Path) -> Resolved:
-    """Clone every task of ``name@version`` at its pinned commit into ``workdir/tasks``."""
+def resolve_registry(
+    reference: str, registry: str, workdir: Path, *, local_repos: bool = False
+) -> Resolved:
+    """Clone every task of ``name@version`` at its pinned commit into ``workdir/tasks``; a
+    task in a local repository only with ``local_repos`` (see :func:`_checked_source`)."""
     match = _REGISTRY_REF.match(reference.strip())
     if match is None:
         raise RefError(f"{reference}: not a registry reference (name@version)")
@@ -139,18 +167,18 @@ def resolve_registry(reference: str, registry: str, workdir: Path) -> Resolved:
                 f"{reference}: task {task.name} has no git_url (local registry tasks"
                 " are not supported; give the dataset folder instead)"
             )
-        key = (task.git_url, task.git_commit_id or "HEAD")
+        key = _checked_source(task, reference, local_repos)
         clone = checked_out.get(key)
         if clone is None:
             clone = clones / str(len(checked_out))
-            _git(
-                ["clone", "--quiet", "--no-checkout", task.git_url, str(clone)],
+            _git(  # "--": a URL is never read as an option
+                ["clone", "--quiet", "--no-checkout", "--", task.git_url, str(clone)],
                 None,
                 reference,
                 f"git clone of {task.git_url}",
             )
             _git(
-                ["-c", "advice.detachedHead=false", "checkout", "--quiet", key[1]],
+                ["-c", "advice.detachedHead=false", "checkout", "--quiet", key[1], "--"],
                 clone,
                 reference,
                 f"checkout of {key[1]} from {task.git_url}",
@@ -223,13 +251,14 @@ def resolve_hub(
     return Resolved(Path(root), record)
 
 
-def resolve(reference: str, registry: str, workdir: Path) -> Resolved:
-    """Resolve a registry or Hub reference into ``workdir`` (an empty folder the caller owns)."""
+def resolve(reference: str, registry: str, workdir: Path, *, local_repos: bool = False) -> Resolved:
+    """Resolve a registry or Hub reference into ``workdir`` (an empty folder the caller owns);
+    ``local_repos``: a registry's tasks may come from repositories on this machine."""
     kind = kind_of(reference)
     if kind == "hub":
         return resolve_hub(reference, workdir)
     if kind == "registry":
-        return resolve_registry(reference, registry, workdir)
+        return resolve_registry(reference, registry, workdir, local_repos=local_repos)
     return Resolved(Path(reference).expanduser().resolve(), {})
 
 
