@@ -308,10 +308,9 @@ def test_a_relative_registry_path_and_a_missing_one(registry, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "copier", "copy", "--trust", "--defaults", "--quiet"]
         + ["--vcs-ref", "HEAD", "-d", "dataset_path=demo@1.0", "-d", "registry=registry.json"]
-        + [str(ROOT), str(dest)],
+        + ["-d", "registry_local_repos=true", str(ROOT), str(dest)],
         capture_output=True,
         text=True,
-        + ["-d", "registry_local_repos=true"],
         cwd=tmp_path,  # relative to where copier runs, recorded absolute for sync-tasks
     )
     assert result.returncode == 0, result.stderr
@@ -368,5 +367,7 @@ def test_a_url_that_looks_like_an_option_is_a_url_to_git(registry, tmp_path):
     rows[0]["tasks"][0]["git_url"] = "--upload-pack=touch " + str(tmp_path / "pwned")
     (tmp_path / "bad.json").write_text(json.dumps(rows))
     with pytest.raises(refs.RefError, match="git clone of --upload-pack"):
-        refs.resolve_registry("demo@1.0", str(tmp_path / "bad.json"), tmp_path / "w", local_repos=True)
+        refs.resolve_registry(
+            "demo@1.0", str(tmp_path / "bad.json"), tmp_path / "w", local_repos=True
+        )
     assert not (tmp_path / "pwned").exists()
