@@ -19,6 +19,7 @@ GIVEN = {
     "tasks": ("/srv/tasks", Path("/srv/tasks")),
     "max_sessions": ("3", 3),
     "session_timeout_s": ("12.5", 12.5),
+    "reset_within_s": ("30", 30.0),
     "drain_s": ("0", 0.0),
     "exec_timeout_s": ("7", 7.0),
     "max_output_bytes": ("100", 100),

@@ -41,6 +41,7 @@ def test_ready_is_503_with_a_reason_when_every_slot_is_taken(docker_client):
             "status": "ready",
             "reason": None,
             "sessions": 0,
+            "sessions_never_reset": 0,
             "episodes": 0,
             "capacity": 2,
             "draining": False,

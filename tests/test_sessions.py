@@ -236,3 +236,36 @@ def test_a_session_reaped_during_a_long_action_refuses_everything_after(docker_c
     finally:
         srv.stop()
     assert not runtime_containers(docker_client, srv.owner_prefix)
+
+
+def test_sockets_that_never_reset_free_their_slots(docker_client):
+    """Round three, item 4: eight idle unauthenticated sockets held every slot for the session
+    timeout (30 minutes), so /ready said 503 and trainers were refused. A session that sends no
+    reset within HARBOR_OPENENV_RESET_WITHIN_S is closed; /ready counts those still waiting."""
+    srv = Server(FIXTURE_TASKS, HARBOR_OPENENV_MAX_SESSIONS="8", HARBOR_OPENENV_RESET_WITHIN_S="3")
+    sockets = contextlib.ExitStack()
+    try:
+        idle = [sockets.enter_context(_ws(srv)) for _ in range(8)]
+        ready = httpx.get(srv.url + "/ready", timeout=10)
+        assert ready.status_code == 503, ready.text
+        assert ready.json()["sessions_never_reset"] == 8, ready.json()
+        assert "8 of them never reset" in ready.json()["reason"]
+        opened = time.monotonic()
+        for ws in idle:
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=30)
+            assert "no reset within 3 s" in closed.value.rcvd.reason, closed.value.rcvd
+        waited = time.monotonic() - opened
+        assert wait_until(lambda: httpx.get(srv.url + "/ready", timeout=10).status_code == 200)
+        assert httpx.get(srv.url + "/ready", timeout=10).json()["sessions_never_reset"] == 0
+        with _ws(srv) as trainer:  # a trainer that resets at once is served, and kept open
+            reply = _send(trainer, "reset", {"task_id": TASK})["data"]["observation"]
+            assert reply["error"] is None, reply
+            time.sleep(4)
+            step = {"action_type": "exec", "command": "true"}
+            assert _send(trainer, "step", step)["data"]["observation"]["exit_code"] == 0
+    finally:
+        sockets.close()
+        srv.stop()
+    print(f"eight sockets that never reset were closed {waited:.1f} s after opening (limit 3 s)")
+    assert waited < 10

@@ -70,8 +70,10 @@ class _ObjectMessagesOnly:
 
 class _IdleSessions:
     """Closes a session's WebSocket (``/ws``, ``/mcp``) once it has waited ``idle_s`` for the
-    client's next message, so the session ends the way a client's disconnect ends it: OpenEnv
-    destroys it and its environment removes the container.
+    client's next message, or a ``/ws`` session that sent no reset within ``reset_within_s`` of
+    opening (0: no such limit), so the session ends the way a client's disconnect ends it: OpenEnv
+    destroys it and its environment removes the container. Sockets that never reset cannot hold
+    the server's slots for the session timeout; ``runtime`` counts them for ``/ready``.
 
     OpenEnv's own idle reaper (kept on: it also ends sessions created over HTTP ``/mcp``) destroys
     an idle session's environment but leaves its socket open and its loop reading: before this, a
@@ -82,9 +84,13 @@ class _IdleSessions:
 
     PATHS = ("/ws", "/mcp")
 
-    def __init__(self, app: ASGIApp, idle_s: float) -> None:
+    def __init__(
+        self, app: ASGIApp, idle_s: float, reset_within_s: float, runtime: Runtime
+    ) -> None:
         self.app = app
         self.idle_s = idle_s
+        self.reset_within_s = reset_within_s
+        self.runtime = runtime
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket" or scope.get("path") not in self.PATHS:
@@ -92,25 +98,41 @@ class _IdleSessions:
             return
         closed = False
         pending: asyncio.Future[Message] | None = None
+        unreset = scope.get("path") == "/ws" and self.reset_within_s > 0
+        reset_by = asyncio.get_running_loop().time() + self.reset_within_s
+        if unreset:
+            self.runtime.session_unreset(+1)
 
         async def idle_receive() -> Message:
-            nonlocal closed, pending
+            nonlocal closed, pending, unreset
             if closed:
                 return {"type": "websocket.disconnect", "code": 1000}
             if pending is None:
                 pending = asyncio.ensure_future(receive())
-            done, _ = await asyncio.wait({pending}, timeout=self.idle_s)
+            wait = self.idle_s
+            if unreset:
+                wait = min(wait, max(0.0, reset_by - asyncio.get_running_loop().time()))
+            done, _ = await asyncio.wait({pending}, timeout=wait)
             if done:
                 message, pending = pending.result(), None
+                if unreset and _is_reset(message):
+                    unreset = False
+                    self.runtime.session_unreset(-1)
                 return message
             closed = True
             pending.cancel()
-            reason = (
-                f"idle for {self.idle_s:g} s (HARBOR_OPENENV_SESSION_TIMEOUT_S): session closed"
-            )
+            if unreset:
+                reason = (
+                    f"no reset within {self.reset_within_s:g} s of opening"
+                    " (HARBOR_OPENENV_RESET_WITHIN_S): session closed"
+                )
+            else:
+                reason = (
+                    f"idle for {self.idle_s:g} s (HARBOR_OPENENV_SESSION_TIMEOUT_S): session closed"
+                )
             with contextlib.suppress(Exception):  # the client may be gone already
                 await send({"type": "websocket.close", "code": 1000, "reason": reason[:120]})
-            log.info("closed a WebSocket session idle for %g s", self.idle_s)
+            log.info("closed a WebSocket session: %s", reason)
             return {"type": "websocket.disconnect", "code": 1000}
 
         async def guarded_send(message: Message) -> None:
@@ -122,6 +144,20 @@ class _IdleSessions:
         finally:
             if pending is not None:
                 pending.cancel()
+            if unreset:
+                self.runtime.session_unreset(-1)
+
+
+def _is_reset(message: Message) -> bool:
+    """Whether a received frame is OpenEnv's ``{"type": "reset", ...}``."""
+    text = message.get("text")
+    if message["type"] != "websocket.receive" or not text or '"reset"' not in text:
+        return False
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and value.get("type") == "reset"
 
 
 class _Sessions:
@@ -250,7 +286,9 @@ def build_app(
     )
     app.state.runtime = runtime
     app.add_middleware(_ObjectMessagesOnly)
-    app.add_middleware(_IdleSessions, idle_s=idle)
+    app.add_middleware(
+        _IdleSessions, idle_s=idle, reset_within_s=settings.reset_within_s, runtime=runtime
+    )
     app.add_middleware(_Sessions, runtime=runtime)
 
     @app.get("/ready", tags=["Health"], summary="Readiness: can this replica take a new session?")
@@ -263,6 +301,7 @@ def build_app(
             "status": "not ready" if reason else "ready",
             "reason": reason,
             "sessions": now.sessions,
+            "sessions_never_reset": now.unreset,
             "episodes": now.episodes,
             "capacity": now.capacity,
             "draining": now.draining,

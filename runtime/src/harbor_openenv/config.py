@@ -49,6 +49,14 @@ class Settings:
             "seconds a session may wait for its next message before it is closed", float
         ),
     )
+    reset_within_s: float = field(
+        default=60.0,
+        metadata=_about(
+            "seconds a new WebSocket session (/ws) may take to send its first reset before it"
+            " is closed and its slot freed (0: no limit but the session timeout)",
+            float,
+        ),
+    )
     drain_s: float = field(
         default=25.0,
         metadata=_about(

@@ -46,6 +46,7 @@ class Snapshot:
     """What the server holds at one moment (``Runtime.snapshot``)."""
 
     sessions: int  # open WebSocket sessions (/ws, /mcp)
+    unreset: int  # of those, the ones that have not sent a reset yet
     episodes: int  # episodes holding a container (those being removed included)
     capacity: int  # HARBOR_OPENENV_MAX_SESSIONS
     draining: bool
@@ -67,6 +68,7 @@ class _Live(Collector):
         now = self._snapshot()
         values: list[tuple[str, str, float | None]] = [
             ("sessions_active", "open WebSocket sessions", now.sessions),
+            ("sessions_never_reset", "open /ws sessions that have sent no reset yet", now.unreset),
             ("episodes_running", "episodes holding a container", now.episodes),
             ("sessions_capacity", "session slots (HARBOR_OPENENV_MAX_SESSIONS)", now.capacity),
             (

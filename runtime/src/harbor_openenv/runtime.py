@@ -78,6 +78,7 @@ class Runtime:
         self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: self.owner})
         self.disk = DiskGuard(self.settings.disk_check_s)
         self._sessions = 0  # open WebSocket sessions (app.SessionCount keeps it)
+        self._unreset = 0  # of those, the ones that have not sent a reset yet
         self.draining = threading.Event()  # set by SIGTERM's drain: no new session or episode
         self.metrics = Metrics(self.snapshot)
 
@@ -91,11 +92,16 @@ class Runtime:
         with self._lock:
             self._sessions -= 1
 
+    def session_unreset(self, change: int) -> None:
+        """A session opened without a reset yet (+1), or sent its first or closed without (-1)."""
+        with self._lock:
+            self._unreset += change
+
     def snapshot(self, *, containers: bool = True) -> Snapshot:
         """Sessions, episodes, capacity and the pool now; ``containers``: ask the engine for this
         server's running containers (only once connected; None when it cannot answer)."""
         with self._lock:
-            sessions, client = self._sessions, self._docker
+            sessions, unreset, client = self._sessions, self._unreset, self._docker
         running: int | None = None
         if containers and client is not None:
             try:
@@ -110,6 +116,7 @@ class Runtime:
             running = 0  # never connected: this server has started nothing
         return Snapshot(
             sessions=sessions,
+            unreset=unreset,
             episodes=self.pool.active,
             capacity=self.pool.limit,
             draining=self.draining.is_set(),
@@ -125,8 +132,8 @@ class Runtime:
         if now.busy >= now.capacity:
             return (
                 f"full: {now.busy} of {now.capacity} session slots in use"
-                f" ({now.sessions} sessions, {now.episodes} episodes;"
-                " HARBOR_OPENENV_MAX_SESSIONS)"
+                f" ({now.sessions} sessions, {now.unreset} of them never reset,"
+                f" {now.episodes} episodes; HARBOR_OPENENV_MAX_SESSIONS)"
             )
         return None
 
