@@ -161,7 +161,10 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
     assert ".git" in dockerignore and not {"tasks", "tasks/", "wheels", "wheels/"} & set(
         dockerignore
     )
-    assert "tasks/** -diff" in (project / ".gitattributes").read_text()
+    assert "tasks/** -diff -text" in (project / ".gitattributes").read_text()
+    # no ignore rule reaches into tasks/ (the last line re-includes it; test_e2e_image commits,
+    # clones and builds a dataset holding every ignored pattern)
+    assert gitignore[-1] == "!/tasks/**" and dockerignore[-1] == "!tasks/**"
     assert not list(project.rglob("__pycache__"))
     rendered = [p for p in project.rglob("*") if "tasks" not in p.relative_to(project).parts]
     assert not [p for p in rendered if p.name.endswith(".jinja")]
