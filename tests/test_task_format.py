@@ -355,6 +355,35 @@ def public_compose(tmp_path_factory) -> Path:
     return root
 
 
+def test_compose_tasks_check_and_serve_by_a_relative_path(docker_client, public_compose):
+    """`check dir` and `serve dir` (a path relative to where they run) find each compose file."""
+    import json
+    import os
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "harbor_openenv.cli", "check", "dir", "--task", "limits"]
+        + ["--json", "-"],
+        cwd=public_compose.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    [row] = json.loads(run.stdout)
+    assert (row["nop"], row["oracle"], row["ok"]) == (0.0, 1.0, True), row
+    relative = Path(os.path.relpath(public_compose))  # HARBOR_OPENENV_TASKS, as `serve` reads it
+    assert not relative.is_absolute()
+    srv = Server(relative)
+    try:
+        with srv.client() as env:
+            reset = env.reset(task_id="limits")
+            assert reset.observation.error is None, reset.observation.error
+            assert env.evaluate().reward == 0.0
+    finally:
+        srv.stop()
+
+
 def test_relative_dataset_root_is_made_absolute(tmp_path, monkeypatch):
     public_compose_task(tmp_path / "dir", "x", LIMITS_COMPOSE)
     monkeypatch.chdir(tmp_path)
@@ -362,6 +391,35 @@ def test_relative_dataset_root_is_made_absolute(tmp_path, monkeypatch):
     compose_file = dataset["x"].compose_file
     assert dataset.root == tmp_path / "dir" and compose_file is not None
     assert compose_file.is_absolute()
+
+
+def test_compose_gets_harbors_variables(docker_client, public_compose):
+    """CPUS and MEMORY (the task's limits) beside MAIN_IMAGE_NAME and CONTEXT_DIR, as Harbor
+    sets them: a compose file limiting main with them resolves, and main sees their values."""
+    srv = Server(public_compose)
+    try:
+        with srv.client() as env:
+            reset = env.reset(task_id="limits")
+            assert reset.observation.error is None, reset.observation.error
+            seen = env.exec("echo $SEEN").observation.output.strip()
+            context = (public_compose / "limits" / "environment").resolve()
+            assert seen == f"1/1024M/{context}"
+            [main] = [
+                c
+                for c in docker_client.containers.list(
+                    filters={"label": "com.docker.compose.service=main"}
+                )
+                if c.labels.get("harbor-openenv.owner", "").startswith(srv.owner_prefix)
+            ]
+            limits = main.attrs["HostConfig"]
+            # the task's limits, and the server's pids limit beside the task's deploy limits
+            assert (limits["NanoCpus"], limits["Memory"]) == (10**9, 1024 * 2**20)
+            assert limits["PidsLimit"] == 1024
+            assert env.evaluate().reward == 0.0
+            oracle = run(env, "limits", oracle_steps=1)[-1]
+            assert oracle.reward == 1.0, oracle.error
+    finally:
+        srv.stop()
 
 
 def test_env_users_workdir_network_and_healthcheck(fmt):
