@@ -422,6 +422,42 @@ def test_compose_gets_harbors_variables(docker_client, public_compose):
         srv.stop()
 
 
+def test_compose_main_build_is_honoured(docker_client, public_compose):
+    """main's own `build` (context the task folder, a dockerfile there, args) builds its image,
+    as Harbor's compose merge does; compose itself never rebuilds it (`pull_policy: build`)."""
+    srv = Server(public_compose)
+    try:
+        with srv.client() as env:
+            reset = env.reset(task_id="built")
+            assert reset.observation.error is None, reset.observation.error
+            out = env.exec("cat seed.txt greeting.txt").observation.output.split()
+            assert out == ["seeded", "from-compose"]
+            assert env.evaluate().reward == 0.0
+            oracle = run(env, "built", oracle_steps=1)[-1]
+            assert oracle.reward == 1.0, oracle.error
+    finally:
+        srv.stop()
+
+
+def test_build_spec_reads_mains_build_unit(tmp_path):
+    from harbor_openenv.image import BuildSpec, build_spec, environment_hash
+
+    plain = public_compose_task(tmp_path, "plain", LIMITS_COMPOSE)
+    built = public_compose_task(tmp_path, "built", BUILD_COMPOSE, dockerfile=BUILD_DOCKERFILE)
+    dataset = Dataset(tmp_path)
+    spec = build_spec(dataset["plain"])
+    assert spec == BuildSpec(plain / "environment")
+    assert spec.tag == f"harbor-openenv/task:{environment_hash(plain / 'environment')}"
+    spec = build_spec(dataset["built"])
+    assert spec == BuildSpec(
+        built.resolve(), "environment/Dockerfile", (("GREETING", "from-compose"),)
+    )
+    assert spec.tag.startswith("harbor-openenv/task:") and not spec.plain
+
+
+# -- task.toml options ---------------------------------------------------------------------------
+
+
 def test_env_users_workdir_network_and_healthcheck(fmt):
     with fmt.client() as env:
         reset = env.reset(task_id="options")

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -98,6 +99,14 @@ def _is_entry_script(path: Path) -> bool:
     return head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0]
 
 
+_NO_MAIN_BUILD = """\
+services:
+  main:
+    build: !reset null
+    pull_policy: !reset null
+"""
+
+
 def harbor_variables(
     compose_file: Path,
     image: str,
@@ -132,6 +141,27 @@ def harbor_variables(
     if memory_mb:
         variables["MEMORY"] = f"{memory_mb}M"
     return variables
+
+
+def main_build(compose_file: Path, variables: Mapping[str, str]) -> dict[str, Any]:
+    """``main``'s ``build`` as Harbor's compose files merge it: Harbor's build file (``context:
+    ${CONTEXT_DIR}``) under the task's own ``docker-compose.yaml``, resolved by ``compose
+    config`` (``context`` absolute, ``dockerfile`` as written, ``args``, ``target``).
+    """
+    with tempfile.TemporaryDirectory(prefix="harbor-openenv-build-") as scratch:
+        base = Path(scratch) / "build.json"
+        base.write_text(json.dumps({"services": {MAIN_SERVICE: {"build": "${CONTEXT_DIR}"}}}))
+        environ = {**os.environ, **variables}
+        project = ComposeProject(
+            f"harbor-openenv-build-{uuid.uuid4().hex[:12]}",
+            [base, compose_file],
+            compose_file.parent,
+            environ,
+        )
+        model = json.loads(project.run("config", "--format", "json", timeout_s=60))
+    main = (model.get("services") or {}).get(MAIN_SERVICE) or {}
+    build = main.get("build")
+    return dict(build) if isinstance(build, dict) else {}
 
 
 class ComposeProject:
@@ -296,6 +326,11 @@ class ComposeSandbox(Sandbox):
         overrides = Path(scratch) / "override.json"
         overrides.write_text(json.dumps(override))
         project.files.append(overrides)
+        # main runs the image the runtime built from main's own build (image.build_spec), so
+        # compose never builds main itself (a task's `pull_policy: build` would rebuild it).
+        main_build = Path(scratch) / "main-build.yaml"
+        main_build.write_text(_NO_MAIN_BUILD)
+        project.files.append(main_build)
         try:
             project.run("up", "--detach", "--wait", timeout_s=timeout_s)
             found = client.containers.list(
