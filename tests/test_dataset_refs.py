@@ -313,3 +313,21 @@ def test_a_relative_registry_path_and_a_missing_one(registry, tmp_path):
     assert result.returncode != 0
     assert "Give the registry file (a path or URL) that lists demo@1.0" in result.stderr
     assert not missing.exists()
+
+
+def test_a_registry_path_of_dot_is_the_repositorys_root(tmp_path):
+    """A repository that is one task, registered with `path = "."`, lands at tasks/<name>."""
+    repo = write_task(tmp_path / "solo-repo")
+    (repo / "environment" / "data.bin").write_bytes(bytes(range(256)))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one task")
+    commit = git(repo, "rev-parse", "HEAD")
+    task = {"name": "org/solo", "git_url": repo.as_uri(), "git_commit_id": commit, "path": "."}
+    registry = tmp_path / "registry.json"
+    registry.write_text(json.dumps([{"name": "solo", "version": "1", "tasks": [task]}]))
+    resolved = refs.resolve_registry("solo@1", str(registry), tmp_path / "work")
+    placed = resolved.root / "solo"
+    assert files_only(placed) == {k: v for k, v in files_only(repo).items() if ".git" not in k}
+    assert not (placed / ".git").exists()
+    assert resolved.record["tasks"][0]["path"] == "."
