@@ -464,6 +464,6 @@ def test_a_dataset_with_invalid_tasks_renders_only_when_asked(tmp_path):
     assert tree_digest(dst / "tasks") == tree_digest(dataset)
     readme = (dst / "README.md").read_text()
     assert "| invalid (copied as they are; reset refuses them" in readme
-    assert "- `templates/base`: templates/base/instruction.md: missing" in readme
+    assert "- `templates/base`: instruction.md: missing" in readme  # the id once
     task = Dataset(dst / "tasks")["templates/base"]
     assert task.kind is TaskKind.INVALID and "instruction.md" in task.problems[0]
