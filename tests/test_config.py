@@ -34,6 +34,7 @@ GIVEN = {
     "disk_check_s": ("0.25", 0.25),
     "max_reward_bytes": ("1000", 1000),
     "max_artifact_bytes": ("2000", 2000),
+    "reward_key": (" mean:f2p,p2p ", "mean:f2p,p2p"),
     "orchestration_token": ("s3cret", "s3cret"),
     "default_task": ("hello-world", "hello-world"),
     "build_network": ("host", "host"),
@@ -79,6 +80,7 @@ def test_the_defaults_are_the_documented_ones():
     assert defaults.exec_channel is True
     for name in ("tasks", "orchestration_token", "default_task", "build_network", "env_name"):
         assert getattr(defaults, name) is None
+    assert defaults.reward_key is None  # no key named: reward None among several metrics
 
 
 NUMBERS = [f.name for f in dataclasses.fields(Settings) if f.metadata["kind"] in (int, float)]
@@ -162,3 +164,9 @@ def test_readme_settings_table_lists_exactly_the_settings():
     listed = _readme_variables()
     assert len(listed) == len(set(listed)), "a variable listed twice"
     assert set(listed) == set(Settings.variables())
+
+
+@pytest.mark.parametrize("raw", ["a,b", "mean:", "mean:a,,b", "mean:a,a"])
+def test_a_bad_reward_key_names_its_variable(raw):
+    with pytest.raises(ValueError, match="HARBOR_OPENENV_REWARD_KEY="):
+        Settings.from_env({"HARBOR_OPENENV_REWARD_KEY": raw})

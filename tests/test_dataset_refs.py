@@ -371,3 +371,21 @@ def test_a_url_that_looks_like_an_option_is_a_url_to_git(registry, tmp_path):
             "demo@1.0", str(tmp_path / "bad.json"), tmp_path / "w", local_repos=True
         )
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_registry_path_of_dot_is_the_repositorys_root(tmp_path):
+    """A repository that is one task, registered with `path = "."`, lands at tasks/<name>."""
+    repo = write_task(tmp_path / "solo-repo")
+    (repo / "environment" / "data.bin").write_bytes(bytes(range(256)))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one task")
+    commit = git(repo, "rev-parse", "HEAD")
+    task = {"name": "org/solo", "git_url": repo.as_uri(), "git_commit_id": commit, "path": "."}
+    registry = tmp_path / "registry.json"
+    registry.write_text(json.dumps([{"name": "solo", "version": "1", "tasks": [task]}]))
+    resolved = refs.resolve_registry("solo@1", str(registry), tmp_path / "work", local_repos=True)
+    placed = resolved.root / "solo"
+    assert files_only(placed) == {k: v for k, v in files_only(repo).items() if ".git" not in k}
+    assert not (placed / ".git").exists()
+    assert resolved.record["tasks"][0]["path"] == "."

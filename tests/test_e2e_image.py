@@ -119,3 +119,89 @@ def test_rendered_image_refuses_the_text_only_task(env_server):
     with HarborEnvClient(url, orchestration_token=TOKEN) as env:
         result = env.reset(task_id="text-only-pr-diff")
         assert "text-only" in result.observation.error
+
+
+# Every pattern the template's .gitignore and .dockerignore name, as a dataset may ship it: build
+# outputs, caches, bytecode, virtualenvs, a .env (Harbor's compose reads one beside the compose
+# file), wheels. Under tasks/ each is data, so git and the image must keep them byte for byte.
+IGNORED_LOOKALIKES = (
+    "environment/build/out.txt",
+    "environment/dist/pkg.tar",
+    "environment/__pycache__/mod.cpython-312.pyc",
+    "environment/mod.pyc",
+    "environment/mod.pyo",
+    "environment/.venv/bin/tool",
+    "environment/pkg.egg-info/PKG-INFO",
+    "environment/.env",
+    "environment/wheels/dep-1.0-py3-none-any.whl",
+    "tests/.pytest_cache/v/cache/lastfailed",
+    "tests/.ruff_cache/CACHEDIR.TAG",
+    "tests/__pycache__/test_x.cpython-312.pyc",
+    ".github/workflows/task.yml",
+    ".git-keep",
+)
+
+
+def test_ignored_lookalikes_in_tasks_survive_git_and_the_image(
+    tmp_path, docker_client, runtime_wheel, dependency_wheels
+):
+    """A task holding a file for every ignore rule of the template: committed as the copy's
+    "Next:" says, a clone passes `sha256sum -c tasks.sha256` (the rendered CI's first step), also
+    with core.autocrlf on; the image built from the repo holds them, so its server resets the
+    task (it checks tasks.sha256 first) and the task's own build and verifier find them."""
+    from _template_helpers import commit_all, git, run_copier, write_task
+
+    from harbor_openenv.client import HarborEnvClient
+
+    dataset = tmp_path / "dataset"
+    task = write_task(dataset / "keeps-ignored")
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY build/ /app/build/\n"
+    )
+    (task / "tests" / "test.sh").write_bytes(
+        b"#!/bin/bash\nmkdir -p /logs/verifier\n"
+        b"if grep -qx built /app/build/out.txt; then echo 1; else echo 0; fi"
+        b" > /logs/verifier/reward.txt\n"
+    )
+    for name in IGNORED_LOOKALIKES:
+        path = task / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"built\n" if name.endswith("out.txt") else b"data\r\n" + name.encode())
+    port = free_port()
+    project = tmp_path / "env"
+    rendered = run_copier(
+        project, f"dataset_path={dataset}", f"runtime_pin={runtime_wheel}", f"port={port}"
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    for name in IGNORED_LOOKALIKES:
+        assert (project / "tasks" / "keeps-ignored" / name).is_file(), name
+
+    git("init", "-q", cwd=project)
+    commit_all(project, "Initial commit")
+    committed = set(git("ls-files", "tasks", cwd=project).splitlines())
+    missing = [n for n in IGNORED_LOOKALIKES if f"tasks/keeps-ignored/{n}" not in committed]
+    assert not missing, f"git add -A left out {missing}"
+    for autocrlf in ("false", "true"):
+        clone = tmp_path / f"clone-{autocrlf}"
+        option = f"core.autocrlf={autocrlf}"
+        git("-c", option, "clone", "-q", str(project), str(clone), cwd=tmp_path)
+        check = subprocess.run(
+            ["sha256sum", "--strict", "-c", "--quiet", "tasks.sha256"],
+            cwd=clone,
+            capture_output=True,
+            text=True,
+        )
+        assert check.returncode == 0, f"core.autocrlf={autocrlf}: {check.stdout}{check.stderr}"
+
+    add_wheels(dependency_wheels, project / "wheels")
+    tag, _ = build_offline(project)
+    try:
+        with (
+            serve_image(docker_client, tag, port) as (url, _container),
+            HarborEnvClient(url, orchestration_token=TOKEN) as env,
+        ):
+            reset = env.reset(task_id="keeps-ignored")
+            assert reset.observation.error is None, reset.observation.error
+            assert env.evaluate().reward == 1.0  # environment/build/ reached the task image
+    finally:
+        docker_client.images.remove(tag, force=True)

@@ -48,3 +48,22 @@ def test_missing_or_bad_reward_is_none_with_an_error(files, message):
     reward = parse_reward(files)
     assert reward.value is None
     assert message in reward.error
+
+
+def test_a_named_reward_key_or_mean_picks_the_scalar():
+    files = {"reward.json": b'{"f2p": 1, "p2p": 0.5, "style": 0}'}
+    default = parse_reward(files)
+    assert default.value is None and "HARBOR_OPENENV_REWARD_KEY" in default.error
+    assert len(default.metrics) == 3  # as before: every metric, no scalar, the error says why
+    assert parse_reward(files, "f2p").value == 1.0
+    picked = parse_reward(files, "mean:f2p,p2p")
+    assert (picked.value, picked.error) == (0.75, None)
+    assert picked.metrics == {"f2p": 1.0, "p2p": 0.5, "style": 0.0}  # every metric, unchanged
+    # a key the metrics lack: the default rule, which finds none here
+    missing = parse_reward(files, "mean:f2p,nope")
+    assert missing.value is None and "'mean:f2p,nope'" in missing.error
+    # tasks writing reward.txt, or a 'reward' key, keep working under a named key
+    assert parse_reward({"reward.txt": b"1"}, "f2p").value == 1.0
+    assert parse_reward({"reward.json": b'{"reward": 0, "x": 1}'}, "f2p").value == 0.0
+    # the named key wins over a 'reward' key when the metrics hold it
+    assert parse_reward({"reward.json": b'{"reward": 0, "f2p": 1}'}, "f2p").value == 1.0

@@ -79,6 +79,27 @@ def test_reward_json_with_several_keys(server):
         assert info["reward_details"] == {"resolved": False, "failing": ["test_b"]}
 
 
+def test_the_reward_key_setting_picks_among_metrics_without_a_reward_key(tmp_path, docker_client):
+    """A reward.json of several metrics and no 'reward' key: None with an error by default
+    (Harbor reports the metrics without a reward), the named key or mean with the setting."""
+    task = tmp_path / "tasks" / "metrics-only"
+    shutil.copytree(FIXTURE_TASKS / "multi-metric", task)
+    (task / "tests" / "test.sh").write_text(
+        '#!/bin/bash\necho \'{"f2p": 1, "p2p": 0.5}\' > /logs/verifier/reward.json\n'
+    )
+    for rule, expected in ((None, None), ("p2p", 0.5), ("mean:f2p,p2p", 0.75)):
+        srv = Server(tmp_path / "tasks", **({"HARBOR_OPENENV_REWARD_KEY": rule} if rule else {}))
+        try:
+            with srv.client() as env:
+                env.reset(task_id="metrics-only")
+                result = env.evaluate()
+        finally:
+            srv.stop()
+        assert result.reward == expected, (rule, result.observation.error)
+        assert result.observation.info["metrics"] == {"f2p": 1.0, "p2p": 0.5}
+        assert (result.observation.error is None) == (rule is not None), result.observation.error
+
+
 def test_verifier_timeout_gives_none(server):
     with server.client() as env:
         env.reset(task_id="slow-verifier")

@@ -187,3 +187,21 @@ def test_invalid_tasks_are_refused_unless_allowed(setup):
     assert (repo / "tasks" / "templates" / "base" / "task.toml").is_file()
     assert "- `templates/base`:" in (repo / "README.md").read_text()
     assert verify_manifest(repo / MANIFEST_NAME) == []
+
+
+def test_the_readme_lists_each_invalid_task_once(tmp_path):
+    """Each problem starts with its task's id; the README's list names the id once per task."""
+    from _task_helpers import make_task, write
+
+    from harbor_openenv.sync import open_dataset, summary_markdown
+
+    make_task(tmp_path, "good")
+    write(tmp_path / "templates" / "base" / "task.toml", "[verifier]\ntimeout_sec = 60.0\n")
+    make_task(tmp_path, "no-env", dockerfile=False)
+    _, by_kind = open_dataset(tmp_path, allow_invalid=True)
+    lines = [line for line in summary_markdown(by_kind).splitlines() if line.startswith("- `")]
+    assert lines[0].startswith("- `no-env`: no environment/Dockerfile")
+    assert lines[1] == "- `templates/base`: instruction.md: missing"
+    for line in lines:
+        task_id = line.split("`")[1]
+        assert line.count(task_id) == 1, line

@@ -289,6 +289,172 @@ def test_compose_sidecar_builds_on_the_build_network(docker_client, tmp_path):
     assert wait_until(lambda: not _leftovers(docker_client, srv.owner_prefix), timeout=30)
 
 
+# -- compose, as public Harbor tasks write it -------------------------------------------------
+
+ANSWER_TEST = (
+    "#!/bin/bash\n"
+    'if [ "$(cat /app/answer.txt 2>/dev/null)" = done ]; then echo 1; else echo 0; fi'
+    " > /logs/verifier/reward.txt\n"
+)
+APP_DOCKERFILE = "FROM python:3.12-slim\nWORKDIR /app\n"
+
+
+def public_compose_task(
+    root: Path, name: str, compose: str, *, dockerfile: str = APP_DOCKERFILE, toml: str = ""
+) -> Path:
+    """A compose task in the shape public ones have: environment/Dockerfile and
+    docker-compose.yaml, a verifier scoring /app/answer.txt, an oracle writing it."""
+    from _task_helpers import make_task, write
+
+    task = make_task(root, name, '[environment]\nworkdir = "/app"\n' + toml, dockerfile=False)
+    write(task / "environment" / "Dockerfile", dockerfile)
+    write(task / "environment" / "docker-compose.yaml", compose)
+    write(task / "tests" / "test.sh", ANSWER_TEST)
+    write(task / "solution" / "solve.sh", "#!/bin/bash\necho done > /app/answer.txt\n")
+    return task
+
+
+# Harbor-converted tasks limit main with Harbor's own variables.
+LIMITS_COMPOSE = """\
+services:
+  main:
+    image: ${MAIN_IMAGE_NAME}
+    environment:
+      - SEEN=${CPUS}/${MEMORY}/${CONTEXT_DIR}
+    deploy:
+      resources:
+        limits:
+          cpus: ${CPUS}
+          memory: ${MEMORY}
+"""
+# main built from the task folder, not environment/ (the Dockerfile copies app/ from beside it).
+BUILD_COMPOSE = """\
+services:
+  main:
+    build:
+      context: ${CONTEXT_DIR}/..
+      dockerfile: environment/Dockerfile
+      args:
+        GREETING: from-compose
+    image: ${MAIN_IMAGE_NAME}
+    pull_policy: build
+"""
+BUILD_DOCKERFILE = (
+    "FROM python:3.12-slim\nARG GREETING=from-default\nWORKDIR /app\nCOPY app/ /app/\n"
+    "RUN echo $GREETING > /app/greeting.txt\n"
+)
+
+
+@pytest.fixture(scope="module")
+def public_compose(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("public-compose") / "dir"
+    public_compose_task(root, "limits", LIMITS_COMPOSE, toml="cpus = 1\nmemory_mb = 1024\n")
+    built = public_compose_task(root, "built", BUILD_COMPOSE, dockerfile=BUILD_DOCKERFILE)
+    (built / "app").mkdir()
+    (built / "app" / "seed.txt").write_text("seeded\n")
+    return root
+
+
+def test_compose_tasks_check_and_serve_by_a_relative_path(docker_client, public_compose):
+    """`check dir` and `serve dir` (a path relative to where they run) find each compose file."""
+    import json
+    import os
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "harbor_openenv.cli", "check", "dir", "--task", "limits"]
+        + ["--json", "-"],
+        cwd=public_compose.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    [row] = json.loads(run.stdout)
+    assert (row["nop"], row["oracle"], row["ok"]) == (0.0, 1.0, True), row
+    relative = Path(os.path.relpath(public_compose))  # HARBOR_OPENENV_TASKS, as `serve` reads it
+    assert not relative.is_absolute()
+    srv = Server(relative)
+    try:
+        with srv.client() as env:
+            reset = env.reset(task_id="limits")
+            assert reset.observation.error is None, reset.observation.error
+            assert env.evaluate().reward == 0.0
+    finally:
+        srv.stop()
+
+
+def test_relative_dataset_root_is_made_absolute(tmp_path, monkeypatch):
+    public_compose_task(tmp_path / "dir", "x", LIMITS_COMPOSE)
+    monkeypatch.chdir(tmp_path)
+    dataset = Dataset(Path("dir"))
+    compose_file = dataset["x"].compose_file
+    assert dataset.root == tmp_path / "dir" and compose_file is not None
+    assert compose_file.is_absolute()
+
+
+def test_compose_gets_harbors_variables(docker_client, public_compose):
+    """CPUS and MEMORY (the task's limits) beside MAIN_IMAGE_NAME and CONTEXT_DIR, as Harbor
+    sets them: a compose file limiting main with them resolves, and main sees their values."""
+    srv = Server(public_compose)
+    try:
+        with srv.client() as env:
+            reset = env.reset(task_id="limits")
+            assert reset.observation.error is None, reset.observation.error
+            seen = env.exec("echo $SEEN").observation.output.strip()
+            context = (public_compose / "limits" / "environment").resolve()
+            assert seen == f"1/1024M/{context}"
+            [main] = [
+                c
+                for c in docker_client.containers.list(
+                    filters={"label": "com.docker.compose.service=main"}
+                )
+                if c.labels.get("harbor-openenv.owner", "").startswith(srv.owner_prefix)
+            ]
+            limits = main.attrs["HostConfig"]
+            # the task's limits, and the server's pids limit beside the task's deploy limits
+            assert (limits["NanoCpus"], limits["Memory"]) == (10**9, 1024 * 2**20)
+            assert limits["PidsLimit"] == 1024
+            assert env.evaluate().reward == 0.0
+            oracle = run(env, "limits", oracle_steps=1)[-1]
+            assert oracle.reward == 1.0, oracle.error
+    finally:
+        srv.stop()
+
+
+def test_compose_main_build_is_honoured(docker_client, public_compose):
+    """main's own `build` (context the task folder, a dockerfile there, args) builds its image,
+    as Harbor's compose merge does; compose itself never rebuilds it (`pull_policy: build`)."""
+    srv = Server(public_compose)
+    try:
+        with srv.client() as env:
+            reset = env.reset(task_id="built")
+            assert reset.observation.error is None, reset.observation.error
+            out = env.exec("cat seed.txt greeting.txt").observation.output.split()
+            assert out == ["seeded", "from-compose"]
+            assert env.evaluate().reward == 0.0
+            oracle = run(env, "built", oracle_steps=1)[-1]
+            assert oracle.reward == 1.0, oracle.error
+    finally:
+        srv.stop()
+
+
+def test_build_spec_reads_mains_build_unit(tmp_path):
+    from harbor_openenv.image import BuildSpec, build_spec, environment_hash
+
+    plain = public_compose_task(tmp_path, "plain", LIMITS_COMPOSE)
+    built = public_compose_task(tmp_path, "built", BUILD_COMPOSE, dockerfile=BUILD_DOCKERFILE)
+    dataset = Dataset(tmp_path)
+    spec = build_spec(dataset["plain"])
+    assert spec == BuildSpec(plain / "environment")
+    assert spec.tag == f"harbor-openenv/task:{environment_hash(plain / 'environment')}"
+    spec = build_spec(dataset["built"])
+    assert spec == BuildSpec(
+        built.resolve(), "environment/Dockerfile", (("GREETING", "from-compose"),)
+    )
+    assert spec.tag.startswith("harbor-openenv/task:") and not spec.plain
+
+
 # -- task.toml options ---------------------------------------------------------------------------
 
 

@@ -161,7 +161,10 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
     assert ".git" in dockerignore and not {"tasks", "tasks/", "wheels", "wheels/"} & set(
         dockerignore
     )
-    assert "tasks/** -diff" in (project / ".gitattributes").read_text()
+    assert "tasks/** -diff -text" in (project / ".gitattributes").read_text()
+    # no ignore rule reaches into tasks/ (the last line re-includes it; test_e2e_image commits,
+    # clones and builds a dataset holding every ignored pattern)
+    assert gitignore[-1] == "!/tasks/**" and dockerignore[-1] == "!tasks/**"
     assert not list(project.rglob("__pycache__"))
     rendered = [p for p in project.rglob("*") if "tasks" not in p.relative_to(project).parts]
     assert not [p for p in rendered if p.name.endswith(".jinja")]
@@ -461,6 +464,6 @@ def test_a_dataset_with_invalid_tasks_renders_only_when_asked(tmp_path):
     assert tree_digest(dst / "tasks") == tree_digest(dataset)
     readme = (dst / "README.md").read_text()
     assert "| invalid (copied as they are; reset refuses them" in readme
-    assert "- `templates/base`: templates/base/instruction.md: missing" in readme
+    assert "- `templates/base`: instruction.md: missing" in readme  # the id once
     task = Dataset(dst / "tasks")["templates/base"]
     assert task.kind is TaskKind.INVALID and "instruction.md" in task.problems[0]

@@ -283,7 +283,11 @@ def cmd_images(args: argparse.Namespace) -> int:
             print(f"skipped {task.id} ({task.kind}: no image to build)", file=sys.stderr)
             continue
         else:
-            images = task_images(task)
+            try:
+                images = task_images(task)
+            except ImageError as exc:  # a compose file whose main build does not resolve
+                problems.append(str(exc))
+                continue
             pin = pins.get(task.id)
             stale = pin and stale_pin(task, pin)
             if stale:  # the server refuses the task: nothing to make for its own image

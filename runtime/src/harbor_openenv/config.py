@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .reward import reward_rule
+
 PREFIX = "HARBOR_OPENENV_"
 LOG_FORMATS = ("text", "json")
 
@@ -113,6 +115,13 @@ class Settings:
         default=1 << 20,
         metadata=_about(
             "largest reward file evaluate reads (each of reward.json, .txt, details)", int
+        ),
+    )
+    reward_key: str | None = field(
+        default=None,
+        metadata=_about(
+            "which reward.json metric is the reward (KEY), or mean:K1,K2 (their mean), when the"
+            " metrics hold them (default: the 'reward' key, else the only key, else None)"
         ),
     )
     max_artifact_bytes: int = field(
@@ -217,4 +226,10 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
                 " (DEBUG, INFO, WARNING, ERROR, CRITICAL)"
             )
         values["log_level"] = level or "INFO"
+    if "reward_key" in values:
+        try:
+            reward_rule(values["reward_key"])
+        except ValueError as exc:
+            raise ValueError(f"{Settings.variable('reward_key')}={exc}") from None
+        values["reward_key"] = values["reward_key"].strip()
     return values

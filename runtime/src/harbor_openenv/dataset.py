@@ -46,7 +46,10 @@ class Dataset:
     """The tasks under one root, listed lazily and parsed one by one on demand."""
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+        # Absolute (lexically: a symlinked tasks/ keeps its name, which tasks.sha256 lists), so
+        # every path into a task holds wherever it is used: compose runs in environment/ with
+        # the compose file's path, which a relative root would resolve twice.
+        self.root = Path(os.path.abspath(root))
         if not self.root.is_dir():
             raise DatasetError(f"{self.root}: tasks folder does not exist")
         self._tasks: dict[str, Task] = {}

@@ -167,7 +167,13 @@ class Episode:
         task, step = self.task, self.step
         key = step.name if step else None
         settings = self.runtime.settings
-        verifier = Verifier(task, step, self.envs.verifier.get(key, {}), settings.max_reward_bytes)
+        verifier = Verifier(
+            task,
+            step,
+            self.envs.verifier.get(key, {}),
+            settings.max_reward_bytes,
+            settings.reward_key,
+        )
         if verifier_mode(task.config, step) == "separate":
             env = self.envs.verifier_container.get(key, {})
             verdict = verifier.verify_separately(
@@ -223,7 +229,11 @@ class Episode:
                     info={**info, **self.step_fields(), "steps": self.step_info},
                 )
         metrics = final_metrics(self.step_metrics, config.multi_step_reward_strategy)
-        final, error = scalar(metrics) if metrics else (None, "no step has a verifier result")
+        final, error = (
+            scalar(metrics, self.runtime.settings.reward_key)
+            if metrics
+            else (None, "no step has a verifier result")
+        )
         return self._done(
             final,
             "; ".join(part for part in (stop, error) if part) or None,

@@ -13,13 +13,16 @@ the seconds taken, on the ``harbor_openenv`` logger (see ``events``).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import re
 import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -56,6 +59,92 @@ def environment_hash(environment_dir: Path) -> str:
     return digest.hexdigest()[:32]
 
 
+@dataclass(frozen=True)
+class BuildSpec:
+    """How an image is built: its context folder, its Dockerfile (relative to the context, or
+    absolute), build args and target, as ``services.main.build`` gives them."""
+
+    context: Path
+    dockerfile: str = "Dockerfile"
+    args: tuple[tuple[str, str], ...] = ()
+    target: str | None = None
+
+    @property
+    def plain(self) -> bool:
+        """``context/Dockerfile`` with no args or target: the image a folder alone gives."""
+        return self.dockerfile == "Dockerfile" and not self.args and self.target is None
+
+    @property
+    def tag(self) -> str:
+        """``harbor-openenv/task:<hash>``: Harbor's content hash of the context for a plain
+        build (so the tag is the one it always was), else a hash of that, the Dockerfile's path
+        and bytes, the args and the target."""
+        content = environment_hash(self.context)
+        if self.plain:
+            return f"{IMAGE_REPOSITORY}:{content}"
+        dockerfile = self.context / self.dockerfile
+        digest = hashlib.sha256(
+            json.dumps(
+                [content, self.dockerfile, list(self.args), self.target], separators=(",", ":")
+            ).encode()
+        )
+        if dockerfile.is_file() and self.context not in dockerfile.resolve().parents:
+            digest.update(dockerfile.read_bytes())  # outside the context: not in its hash
+        return f"{IMAGE_REPOSITORY}:{digest.hexdigest()[:32]}"
+
+
+_BUILDS: dict[tuple[str, int, int], BuildSpec] = {}
+
+
+def build_spec(task: Task) -> BuildSpec:
+    """How the task's own image is built, as Harbor builds it: ``environment/Dockerfile`` in
+    ``environment/``, unless its ``docker-compose.yaml`` gives ``main`` a ``build`` of its own
+    (``context: ${CONTEXT_DIR}/..``, ``dockerfile: environment/Dockerfile``, ``args``,
+    ``target``), which Harbor's compose merge lets win over its ``context: ${CONTEXT_DIR}``.
+
+    Compose resolves that ``build`` (``compose config``, once per version of the file), with
+    Harbor's variables; ``CPUS``/``MEMORY`` there are the task's limits or 1 and 2048M (the
+    build does not use them; the file must only resolve).
+    """
+    environment = task.environment_dir
+    plain = BuildSpec(environment)
+    compose_file = task.compose_file
+    if compose_file is None:
+        return plain
+    stat = compose_file.stat()
+    key = (str(compose_file), stat.st_mtime_ns, stat.st_size)
+    cached = _BUILDS.get(key)
+    if cached is not None:
+        return cached
+    if b"build" not in compose_file.read_bytes():
+        spec = plain  # no build anywhere in the file: no compose run needed
+    else:
+        from .sandbox import SandboxError
+        from .sandbox.compose import harbor_variables, main_build
+
+        table = task.config.environment
+        variables = harbor_variables(
+            compose_file,
+            f"{IMAGE_REPOSITORY}:build",
+            cpus=table.cpus or 1,
+            memory_mb=table.memory_mb or 2048,
+        )
+        try:
+            build = main_build(compose_file, variables)
+        except SandboxError as exc:
+            raise ImageError(f"{task.where(compose_file)}: {exc}") from None
+        context = Path(os.path.normpath(str(build.get("context") or environment)))
+        args = build.get("args") or {}
+        spec = BuildSpec(
+            context,
+            str(build.get("dockerfile") or "Dockerfile"),
+            tuple(sorted((str(k), "" if v is None else str(v)) for k, v in args.items())),
+            build.get("target") or None,
+        )
+    _BUILDS[key] = spec
+    return spec
+
+
 class ImageResolver:
     """Turns tasks into local image references; concurrent requests for one image share the work."""
 
@@ -80,13 +169,16 @@ class ImageResolver:
                 )
             )
         if source.kind == "dockerfile":
-            return self.build(task, task.environment_dir)
+            spec = build_spec(task)
+            return self.build(task, spec.context, spec)
         return self.use(task, source.ref or "", pullable=source.pullable)
 
-    def build(self, task: Task, folder: Path) -> str:
-        """The image built from ``folder/Dockerfile`` (a task's ``environment/`` or ``tests/``)."""
-        tag = f"{IMAGE_REPOSITORY}:{environment_hash(folder)}"
-        return self._once(tag, lambda: self._build(task, folder, tag))
+    def build(self, task: Task, folder: Path, spec: BuildSpec | None = None) -> str:
+        """The image built from ``folder/Dockerfile`` (a task's ``environment/`` or ``tests/``),
+        or as ``spec`` says (a compose task's ``services.main.build``)."""
+        spec = spec or BuildSpec(folder)
+        tag = spec.tag
+        return self._once(tag, lambda: self._build(task, spec, tag))
 
     def use(self, task: Task, ref: str, *, pullable: bool = True) -> str:
         """``ref`` if the engine has it, else pulled (unless ``pullable`` is False)."""
@@ -150,10 +242,14 @@ class ImageResolver:
             raise ImageError(error) from None
         event("image pulled", task=task.id, image=ref, seconds=timer.seconds)
 
-    def _build(self, task: Task, folder: Path, tag: str) -> None:
+    def _build(self, task: Task, spec: BuildSpec, tag: str) -> None:
         timeout = task.config.environment.build_timeout_sec
-        where = folder.relative_to(task.path).as_posix()
-        event("image build", task=task.id, image=tag, dockerfile=f"{where}/Dockerfile")
+        dockerfile = Path(os.path.normpath(spec.context / spec.dockerfile))
+        if dockerfile.is_relative_to(task.path):
+            where = dockerfile.relative_to(task.path).as_posix()
+        else:
+            where = str(dockerfile)
+        event("image build", task=task.id, image=tag, dockerfile=where)
         timer = Timer()
         log: deque[str] = deque(maxlen=_LOG_TAIL)
 
@@ -163,7 +259,7 @@ class ImageResolver:
                 event("image build step", task=task.id, step=step[1], instruction=step[2][:200])
 
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-build")
-        future = pool.submit(self._stream_build, folder, tag, log, progress)
+        future = pool.submit(self._stream_build, spec, tag, log, progress)
         try:
             error = future.result(timeout=timeout)
         except FutureTimeout:
@@ -181,19 +277,22 @@ class ImageResolver:
                 seconds=timer.seconds,
                 error=error,
             )
-            raise ImageError(f"{task.id}: building {where}/Dockerfile failed: {error}\n{tail}")
+            raise ImageError(f"{task.id}: building {where} failed: {error}\n{tail}")
         event("image built", task=task.id, image=tag, seconds=timer.seconds)
 
     def _stream_build(
         self,
-        context: Path,
+        spec: BuildSpec,
         tag: str,
         log: deque[str],
         progress: Callable[[str], None] | None = None,
     ) -> str | None:
         try:
             for chunk in self._client.api.build(
-                path=str(context),
+                path=str(spec.context),
+                dockerfile=None if spec.plain else spec.dockerfile,
+                buildargs=dict(spec.args) or None,
+                target=spec.target,
                 tag=tag,
                 rm=True,
                 forcerm=True,
@@ -224,8 +323,7 @@ def task_images(task: Task) -> list[tuple[str, Callable[[ImageResolver], str]]]:
     source = task.image
     if source is not None:
         if source.kind == "dockerfile":
-            tag = f"{IMAGE_REPOSITORY}:{environment_hash(task.environment_dir)}"
-            images[tag] = lambda resolver: resolver.resolve(task)
+            images[build_spec(task).tag] = lambda resolver: resolver.resolve(task)
         elif source.ref:
             images[source.ref] = lambda resolver: resolver.resolve(task)
     for step in verifier_steps(task):

@@ -186,12 +186,18 @@ def resolve_registry(
             checked_out[key] = clone
         commit = _git(["rev-parse", "HEAD"], clone, reference, "git rev-parse")
         source = (clone / task.path).resolve()
-        if not source.is_dir() or clone.resolve() not in source.parents:
+        root = clone.resolve()
+        if not source.is_dir() or (source != root and root not in source.parents):
             raise RefError(
                 f"{reference}: task {task.name}: no folder {task.path} in {task.git_url}"
                 f" at {commit}"
             )
-        target = tasks_root / Path(task.path).name
+        # `.` (or any path naming the repository itself): a repository that is one task, placed
+        # at tasks/<last part of the task's name>
+        folder = source.name if source != root else task.name.rstrip("/").rsplit("/", 1)[-1]
+        if folder in ("", ".", ".."):
+            raise RefError(f"{reference}: task {task.name!r}: no name to place it under tasks/")
+        target = tasks_root / folder
         if target.exists():
             raise RefError(f"{reference}: two tasks would both be tasks/{target.name}")
         shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns(".git"))

@@ -26,7 +26,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from .image import IMAGE_REPOSITORY, ImageError, environment_hash
+from .image import ImageError, build_spec
 from .task import Task
 
 LOCK_NAME = "images.lock"
@@ -72,7 +72,7 @@ def lock_source(task: Task) -> str | None:
     if source is None:
         return None
     if source.kind == "dockerfile":
-        return f"{IMAGE_REPOSITORY}:{environment_hash(task.environment_dir)}"
+        return build_spec(task).tag
     return source.ref or None
 
 

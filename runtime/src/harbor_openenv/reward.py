@@ -33,8 +33,23 @@ class Reward:
     details: Any = None
 
 
-def parse_reward(files: dict[str, bytes]) -> Reward:
-    """Read the reward from the verifier's output files, keyed by file name."""
+def reward_rule(text: str) -> tuple[str, ...]:
+    """The keys a reward rule names: ``KEY`` (that metric is the reward) or ``mean:K1,K2,...``
+    (their mean); ValueError says what is wrong."""
+    rule = text.strip()
+    if rule.startswith("mean:"):
+        keys = tuple(key.strip() for key in rule[len("mean:") :].split(","))
+        if not all(keys) or len(set(keys)) != len(keys):
+            raise ValueError(f"{text!r}: mean: needs distinct metric names, comma separated")
+        return keys
+    if not rule or "," in rule:
+        raise ValueError(f"{text!r}: give one metric name, or mean:K1,K2 for their mean")
+    return (rule,)
+
+
+def parse_reward(files: dict[str, bytes], rule: str | None = None) -> Reward:
+    """Read the reward from the verifier's output files, keyed by file name; ``rule`` (the
+    server's ``reward_key``, see :func:`scalar`) picks the scalar among several metrics."""
     details = _details(files.get(REWARD_DETAILS))
     if REWARD_JSON in files:
         metrics, error = _parse_json(files[REWARD_JSON])
@@ -50,19 +65,25 @@ def parse_reward(files: dict[str, bytes]) -> Reward:
         )
     if error:
         return Reward(None, {}, error, details)
-    value, error = scalar(metrics)
+    value, error = scalar(metrics, rule)
     return Reward(value, metrics, error, details)
 
 
-def scalar(metrics: dict[str, float]) -> tuple[float | None, str | None]:
-    """The episode reward: the ``reward`` key, else the only key."""
+def scalar(metrics: dict[str, float], rule: str | None = None) -> tuple[float | None, str | None]:
+    """The episode reward: what ``rule`` names (a metric, or ``mean:K1,K2``: the mean of those)
+    when the metrics hold every key it names; else the ``reward`` key, else the only key."""
+    keys = reward_rule(rule) if rule else ()
+    if keys and all(key in metrics for key in keys):
+        return math.fsum(metrics[key] for key in keys) / len(keys), None
     if "reward" in metrics:
         return metrics["reward"], None
     if len(metrics) == 1:
         return next(iter(metrics.values())), None
+    named = f" nor every key HARBOR_OPENENV_REWARD_KEY={rule!r} names" if rule else ""
     return None, (
-        f"{REWARD_JSON} has several metrics ({', '.join(sorted(metrics))}) and no 'reward' key,"
-        " so there is no scalar reward"
+        f"{REWARD_JSON} has several metrics ({', '.join(sorted(metrics))}) and no 'reward' key"
+        f"{named}, so there is no scalar reward (HARBOR_OPENENV_REWARD_KEY names the key that"
+        " is, or mean:K1,K2)"
     )
 
 

@@ -249,6 +249,7 @@ class Runtime:
             pids_limit=spec.pids_limit,
             helper_volume=spec.helper_volume,
             build_network=self.settings.build_network,
+            prebuilt=image if task.image is not None and task.image.kind != "dockerfile" else None,
         )
         return self.pool.acquire(None, start_project) if pooled else start_project()
 

@@ -108,11 +108,19 @@ def summary_markdown(by_kind: dict[TaskKind, list[Task]]) -> str:
         lines.append("Invalid tasks:")
         lines.append("")
         for task in invalid[:shown]:
-            lines.append(f"- `{task.id}`: " + "; ".join(task.problems))
+            lines.append(f"- `{task.id}`: " + "; ".join(_within(task.id, p) for p in task.problems))
         if len(invalid) > shown:
             lines.append(f"- and {len(invalid) - shown} more")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _within(task_id: str, problem: str) -> str:
+    """A problem without the task id it starts with (the list names the task once)."""
+    for prefix in (f"{task_id}/", f"{task_id}: "):
+        if problem.startswith(prefix):
+            return problem[len(prefix) :]
+    return problem
 
 
 def write_summary(readme: Path, summary: str) -> bool:

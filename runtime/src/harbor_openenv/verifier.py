@@ -60,6 +60,7 @@ class Verifier:
     step: StepConfig | None
     env: dict[str, str]  # its resolved [verifier].env
     max_reward_bytes: int
+    reward_key: str | None = None  # the server's reward rule (Settings.reward_key)
 
     @property
     def bundled(self) -> bool:
@@ -104,7 +105,8 @@ class Verifier:
         stdout = log_text(found[_TEST_STDOUT])
         if run.timed_out:
             return Verdict(parse_reward({}), stdout, True, table.timeout_sec)
-        return Verdict(parse_reward(_reward_files(found)), stdout, False, table.timeout_sec)
+        reward = parse_reward(_reward_files(found), self.reward_key)
+        return Verdict(reward, stdout, False, table.timeout_sec)
 
     def verify_separately(
         self,

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -98,6 +99,71 @@ def _is_entry_script(path: Path) -> bool:
     return head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0]
 
 
+_NO_MAIN_BUILD = """\
+services:
+  main:
+    build: !reset null
+    pull_policy: !reset null
+"""
+
+
+def harbor_variables(
+    compose_file: Path,
+    image: str,
+    *,
+    cpus: float | None = None,
+    memory_mb: int | None = None,
+    prebuilt: str | None = None,
+) -> dict[str, str]:
+    """The variables Harbor 0.25 sets for a task's compose files, on top of the server's
+    environment and the task's ``[environment].env`` (Harbor's win over both).
+
+    Harbor's ``harbor/environments/docker/``: ``ComposeInfraEnvVars`` (``compose_env.py``) and
+    ``DockerEnvironment._compose_infra_env_vars`` (``docker.py``) set ``MAIN_IMAGE_NAME``,
+    ``CONTEXT_DIR`` (``environment/``, resolved), ``CPUS`` and ``MEMORY`` (``<memory_mb>M``) when
+    there is a limit, ``PREBUILT_IMAGE_NAME`` only for a prebuilt ``docker_image``, and
+    ``DOCKER_CONFIG`` (the caller's, so compose keeps its credentials). Here ``MAIN_IMAGE_NAME``
+    is the image main runs (Harbor's is ``hb__<content hash>``), and ``CPUS``/``MEMORY`` are the
+    limits the episode gets (the task's, else the server's defaults). Not set, as Harbor does not
+    set them by default: the egress sidecar's variables (``allowlist`` is refused here) and the
+    legacy ``HOST_*_PATH``/``ENV_*_PATH`` of log mounts (Harbor mounts nothing by default).
+    """
+    docker_config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    variables = {
+        "MAIN_IMAGE_NAME": image,
+        "CONTEXT_DIR": str(compose_file.parent.resolve()),
+        "DOCKER_CONFIG": str(docker_config.absolute()),
+    }
+    if prebuilt:
+        variables["PREBUILT_IMAGE_NAME"] = prebuilt
+    if cpus:
+        variables["CPUS"] = f"{cpus:g}"
+    if memory_mb:
+        variables["MEMORY"] = f"{memory_mb}M"
+    return variables
+
+
+def main_build(compose_file: Path, variables: Mapping[str, str]) -> dict[str, Any]:
+    """``main``'s ``build`` as Harbor's compose files merge it: Harbor's build file (``context:
+    ${CONTEXT_DIR}``) under the task's own ``docker-compose.yaml``, resolved by ``compose
+    config`` (``context`` absolute, ``dockerfile`` as written, ``args``, ``target``).
+    """
+    with tempfile.TemporaryDirectory(prefix="harbor-openenv-build-") as scratch:
+        base = Path(scratch) / "build.json"
+        base.write_text(json.dumps({"services": {MAIN_SERVICE: {"build": "${CONTEXT_DIR}"}}}))
+        environ = {**os.environ, **variables}
+        project = ComposeProject(
+            f"harbor-openenv-build-{uuid.uuid4().hex[:12]}",
+            [base, compose_file],
+            compose_file.parent,
+            environ,
+        )
+        model = json.loads(project.run("config", "--format", "json", timeout_s=60))
+    main = (model.get("services") or {}).get(MAIN_SERVICE) or {}
+    build = main.get("build")
+    return dict(build) if isinstance(build, dict) else {}
+
+
 class ComposeProject:
     """One ``docker compose -p <name>`` project and the files it merges."""
 
@@ -171,12 +237,14 @@ class ComposeSandbox(Sandbox):
         timeout_s: float = 600,
         helper_volume: str,
         build_network: str | None = None,
+        prebuilt: str | None = None,
     ) -> ComposeSandbox:
         """Start the project (``up --wait``, sidecar healthchecks included) and attach to main.
 
         Services the task's compose file builds (sidecars) build on ``build_network`` (the
         server's ``Settings.build_network``; None: the engine's default), as the task's own image
-        does.
+        does. ``prebuilt``: the task's ``docker_image``, when main runs it (Harbor's
+        ``PREBUILT_IMAGE_NAME``).
         """
         name = f"harbor-openenv-{uuid.uuid4().hex[:12]}"
         scratch = make_scratch(owner)
@@ -195,8 +263,6 @@ class ComposeSandbox(Sandbox):
             main["cpus"] = cpus
         if memory_mb:
             main["mem_limit"] = f"{memory_mb}m"
-        if pids_limit:
-            main["pids_limit"] = pids_limit
         base = Path(scratch) / "base.json"
         helper_spec = {"external": True, "name": helper_volume}
         base.write_text(
@@ -210,8 +276,9 @@ class ComposeSandbox(Sandbox):
         environ = {
             **os.environ,
             **(compose_env or {}),
-            "MAIN_IMAGE_NAME": image,
-            "CONTEXT_DIR": str(compose_file.parent.resolve()),
+            **harbor_variables(
+                compose_file, image, cpus=cpus, memory_mb=memory_mb, prebuilt=prebuilt
+            ),
         }
         project = ComposeProject(name, [base, compose_file], compose_file.parent, environ)
         try:
@@ -248,6 +315,18 @@ class ComposeSandbox(Sandbox):
             }
         )
         override["services"][MAIN_SERVICE]["environment"] = env or {}
+        if pids_limit:
+            # Where compose wants it: beside the task's own deploy limits (Harbor-converted
+            # tasks limit main by `deploy.resources.limits` with ${CPUS}/${MEMORY}), since a
+            # pids_limit that differs from a deploy limit (unset: 0) fails the whole project.
+            spec = model["services"][MAIN_SERVICE] or {}
+            limits = ((spec.get("deploy") or {}).get("resources") or {}).get("limits")
+            if isinstance(limits, dict):
+                if not limits.get("pids"):
+                    resources = {"resources": {"limits": {"pids": pids_limit}}}
+                    override["services"][MAIN_SERVICE]["deploy"] = resources
+            elif not spec.get("pids_limit"):
+                override["services"][MAIN_SERVICE]["pids_limit"] = pids_limit
         if workdir:
             override["services"][MAIN_SERVICE]["working_dir"] = workdir
         for kind in ("networks", "volumes"):
@@ -261,6 +340,11 @@ class ComposeSandbox(Sandbox):
         overrides = Path(scratch) / "override.json"
         overrides.write_text(json.dumps(override))
         project.files.append(overrides)
+        # main runs the image the runtime built from main's own build (image.build_spec), so
+        # compose never builds main itself (a task's `pull_policy: build` would rebuild it).
+        main_build = Path(scratch) / "main-build.yaml"
+        main_build.write_text(_NO_MAIN_BUILD)
+        project.files.append(main_build)
         try:
             project.run("up", "--detach", "--wait", timeout_s=timeout_s)
             found = client.containers.list(
