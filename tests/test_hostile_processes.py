@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from _processes import baseline_pids, build_attack, processes
-from conftest import Server
+from conftest import Server, exec_channel_on
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -166,7 +166,11 @@ def test_no_process_topology_survives_the_stop(boxes, tmp_path_factory, case, fl
         == 0
     )
     started = box.exec(
-        "/tmp/attack plant " + " ".join(flags), timeout_s=10, max_output=1000, user=user
+        "/tmp/attack plant " + " ".join(flags),
+        timeout_s=10,
+        max_output=1000,
+        user=user,
+        channel=exec_channel_on(),
     )
     assert started.exit_code == 0, started.output
     time.sleep(0.05)

@@ -4,26 +4,26 @@
  * mounted read-only into every task container, so an agent with root can neither change it nor
  * hook it. It does the work whose honesty decides a reward:
  *
- *   helper keep
- *       PID 1 of every task container (the command the runtime starts it with): reaps the
- *       orphans reparented to it and never exits on its own, so the container's life hangs on no
- *       other process and no program of the image (a keeper that forked "sleep" died with it when
- *       a stop killed that sleep). Every signal is blocked and taken with sigwaitinfo: SIGTERM or
- *       SIGINT from outside the container's PID namespace (the engine's stop; the sender's pid
- *       reads 0 there) ends it, the same sent by a process inside is ignored, as the kernel
- *       ignores SIGKILL to a namespace's init.
- *   helper list
- *       prints "pid:starttime " for every process but itself (the baseline kept by stop).
- *   helper stop BASELINE [prepare USER VERIFIER_DIR TESTS_DIR stage|keep]
- *       kills every process that is not PID 1, not itself and not in BASELINE (a space-separated
- *       list of pid:starttime), whatever it is called, whoever runs it and whatever state it
- *       claims. First every process but PID 1 is stopped with kill(-1, SIGSTOP), one system call
- *       that no fork can race, so a fork bomb stops forking and stops taking the container's CPU
- *       from this helper; then /proc is re-listed, each process outside the baseline killed,
- *       until a full pass finds none alive, and the baseline's processes are continued (they
- *       were stopped for those milliseconds); then, with "prepare",
- *       empties VERIFIER_DIR and hands it to USER alone (mode 0755), and empties TESTS_DIR for
- *       staging ("stage") or makes TESTS_DIR/test.sh executable ("keep").
+ *   helper keep [USER ENTRYPOINT...]
+ *       PID 1 of every task container, as root: makes itself non-dumpable (no ptrace,
+ *       /proc/1/mem or /proc/1/fd for any process of the container: that needs CAP_SYS_PTRACE),
+ *       starts the image's ENTRYPOINT (with its arguments) as its child as USER, reaps every
+ *       orphan, and answers the runtime's requests, one tab-separated line each on its standard
+ *       input (which only the engine's attach can write), one line each on its standard output
+ *       (children get /dev/null and its stderr instead):
+ *         ID mark                      the processes running now are the baseline; answers
+ *                                      "ID ok PID:START..." (fails, 96, if the ENTRYPOINT exited)
+ *         ID stop USERS [VUSER VDIR TDIR stage|keep]
+ *                                      ends every process USERS' code may have started (see
+ *                                      stop()); then makes VDIR anew for VUSER alone (mode 0755)
+ *                                      and empties TDIR for staging ("stage") or makes
+ *                                      TDIR/test.sh executable ("keep"); answers "ID ok"
+ *       and "ID err CODE PROBLEM" on failure: 96 the ENTRYPOINT exited, 97 processes still alive
+ *       after STOP_SECONDS, 98 prepare failed, 2 a malformed request. Every signal is blocked and
+ *       read from a signalfd: SIGTERM or SIGINT from outside the PID namespace (the engine's
+ *       stop; the sender's pid reads 0 there) ends it, the same from inside is ignored.
+ *   helper idle
+ *       waits forever: the keepalive an ENTRYPOINT is given, where Harbor has sleep infinity.
  *   helper serve
  *       the exec channel (see the Python side, sandbox/channel.py): reads requests from standard
  *       input and answers each on standard output, one at a time, until end-of-file. It runs as
@@ -46,11 +46,7 @@
  *       real path it reached on stderr), 4: missing (for a write: a folder could not be made),
  *       5: a folder, 6: not a regular file, 1: another error (its message on stderr).
  *
- * Built static with Zig's C compiler (musl, -Os, stripped): 71,544 bytes for x86_64 and 76,952
- * for aarch64.
- *
- * Exit status (but file's): 0 done, 2 usage, 97 processes still alive after the time limit, 98
- * prepare failed.
+ * Built static with Zig's C compiler (musl, -Os, stripped, -Wall -Wextra -Werror).
  * /proc/PID/stat is parsed from its last ')', since a command name may hold any byte but NUL.
  */
 #define _GNU_SOURCE

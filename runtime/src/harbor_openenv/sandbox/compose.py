@@ -1,16 +1,17 @@
 """Compose environments: ``environment/docker-compose.yaml`` run with Docker Compose v2.
 
-A project merges, in order, a base file giving ``main`` the task's image, the runtime's keeper (the
-helper as PID 1, where Harbor's has ``sleep infinity``) and the task's limits (Harbor's
+A project merges, in order, a base file giving ``main`` the task's image and limits (Harbor's
 build/prebuilt file), the task's own compose file, and an override that labels every service,
-network and volume for this runtime (so the orphan sweep finds them) and gives ``main`` the task's
-environment variables and workdir. ``no-network`` tasks get internal networks: sidecars stay
-reachable, nothing else is. Commands run in ``main`` through the engine's exec API, exactly as in a
-single-container episode (:class:`ComposeSandbox` holds the project and a :class:`DockerSandbox` of
-``main``, and hands it every primitive but removal); removal is ``down`` with volumes and orphans.
-The merged files live in a folder under the temporary folder (``TMPDIR``) that records its server's
-identity (:func:`.owner.make_scratch`), so a restarted server's startup sweep removes the folders
-of servers that died.
+network and volume for this runtime (so the orphan sweep finds them) and gives ``main`` the
+runtime's keeper as PID 1 (root, its ENTRYPOINT and command, the task's or the image's, as the
+keeper's child: see :class:`.docker.DockerSandbox`), the task's environment variables and workdir.
+``no-network`` tasks get internal networks: sidecars stay reachable, nothing else is. Commands run
+in ``main`` through the engine's exec API, exactly as in a single-container episode
+(:class:`ComposeSandbox` holds the project and a :class:`DockerSandbox` of ``main``, and hands it
+every primitive but removal); removal is ``down`` with volumes and orphans. The merged files live
+in a folder under the temporary folder (``TMPDIR``) that records its server's identity
+(:func:`.owner.make_scratch`), so a restarted server's startup sweep removes the folders of servers
+that died.
 """
 
 from __future__ import annotations
