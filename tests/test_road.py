@@ -172,6 +172,16 @@ def test_compose_route(checkout):
     for option in ("HARBOR_OPENENV_NETWORK_MODE=host", "HARBOR_OPENENV_BUILD_NETWORK=none"):
         assert option in compose and option.split("=")[0] in readme
     shell(readme_block(readme, "build-offline").splitlines()[0], cwd=env)  # wheels/ only
+    # The README's Compose v2 plugin, in a docker config folder of the test's own (the machine's
+    # plugin stays out of it): compose failures must fail the README's commands.
+    docker_config = str(env.parent / "docker-config")
+    shell(readme_block(readme, "compose-plugin"), cwd=env, DOCKER_CONFIG=docker_config)
+    missing = subprocess.run(
+        ["docker", "compose", "-f", "/nonexistent/compose.yaml", "config"],
+        env={**os.environ, "DOCKER_CONFIG": docker_config},
+        capture_output=True,
+    )
+    assert missing.returncode != 0, "the README's compose plugin exits 0 for a missing file"
     up = readme_block(readme, "compose").replace("change-me", TOKEN)
     # the documented .env options for an engine without a bridge network and no index
     up = up.replace(
@@ -180,13 +190,15 @@ def test_compose_route(checkout):
         " && echo HARBOR_OPENENV_BUILD_NETWORK=none >> .env",
         1,
     )
-    shell(up, cwd=env)
+    shell(up, cwd=env, DOCKER_CONFIG=docker_config)
     try:
-        assert wait_healthy(f"http://127.0.0.1:{port}"), shell("docker compose logs", env)
+        assert wait_healthy(f"http://127.0.0.1:{port}"), shell(
+            "docker compose logs", env, DOCKER_CONFIG=docker_config
+        )
         out = run_trainer(trainer(readme, port), env, trainer_venv(readme, env))
         assert "reward: 1.0" in out, out
     finally:
-        shell("docker compose down", cwd=env)
+        shell("docker compose down", cwd=env, DOCKER_CONFIG=docker_config)
     assert not subprocess.run(
         ["git", "status", "--porcelain", "--", ".env"], cwd=env, capture_output=True, text=True
     ).stdout, ".env is not ignored by git"
