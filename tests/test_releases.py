@@ -15,10 +15,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _template_helpers import REPO, commit_all, git, release_series
+from _template_helpers import REPO, commit_all, fake_package_index, git, release_series
 
 EXAMPLE = REPO / "examples" / "dataset"
 RELEASES = ["0.2.0", "0.3.0", "0.4.0"]
+
+
+@pytest.fixture(autouse=True)
+def published_runtime(tmp_path_factory, monkeypatch):
+    """The pin check looks pins up on a local index with harbor-openenv 0.1.0 and 0.2.0."""
+    index = tmp_path_factory.mktemp("package-index")
+    for key, value in fake_package_index(index, ["0.1.0", "0.2.0"]).items():
+        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +110,8 @@ def test_renaming_renames_the_default_description(template, tmp_path):
         (["port=abc"], None, "-d port=abc is not a whole number"),
         (["env_name=Bad Name"], None, "the answer to env_name is refused: Use 1-96 lower-case"),
         (["nonsense"], None, "-d nonsense: write it as KEY=VALUE"),
+        (["runtime_pin=harbor-openenv==9.9.9"], None, "harbor-openenv==9.9.9: no harbor-openenv"),
+        (["runtime_pin=/x/numpy-1.0-py3-none-any.whl"], None, "not a harbor-openenv wheel's"),
         ([], ("port: 8000", "port: [8000"), ".copier-answers.yml is not valid YAML at line"),
         ([], ("port: 8000", "port: eighty"), ".copier-answers.yml: port: eighty is not a whole"),
         ([], ("_commit: v0.2.0", "_commit: v0.1.99"), "records _commit: v0.1.99, which the"),

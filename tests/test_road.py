@@ -143,7 +143,7 @@ def checkout(tmp_path) -> Path:
 def render(checkout: Path, port: int, name: str) -> Path:
     """README.md's first command, as written, plus the copier answers for port and name."""
     first = readme_block((REPO / "README.md").read_text(), "render").splitlines()[0]
-    assert first.startswith("$ ") and '"$PWD"' in first
+    assert first.startswith("$ ") and '"$PWD"' in first and "scripts/copy" in first
     command = first[2:] + f" -d port={port} -d env_name={name}"
     output = shell(command, cwd=checkout)
     assert "not a published release: built harbor_openenv-" in output

@@ -13,6 +13,7 @@ import yaml
 from _template_helpers import (
     REPO,
     RUNTIME_VERSION,
+    fake_package_index,
     make_weird_dataset,
     run_copier,
     tree_digest,
@@ -22,6 +23,18 @@ from _template_helpers import (
 from harbor_openenv.manifest import MANIFEST_NAME, verify_manifest
 
 GIT_PIN = "harbor-openenv @ git+https://example.org/you/harbor-openenv@v0.1.0#subdirectory=runtime"
+
+
+@pytest.fixture(autouse=True)
+def published_runtime(tmp_path_factory, monkeypatch):
+    """harbor-openenv 0.1.0 and 0.2.0 published on a local package index: the pins these tests
+    give are checked against it (harbor_openenv.pins), not against the real index."""
+    index = tmp_path_factory.mktemp("package-index")
+    from plumbum import local  # copier runs its tasks with plumbum's copy of the environment
+
+    for key, value in fake_package_index(index, ["0.1.0", "0.2.0"]).items():
+        monkeypatch.setenv(key, value)
+        monkeypatch.setitem(local.env, key, value)
 
 
 @pytest.fixture(scope="session")
