@@ -212,6 +212,9 @@ def test_docker_route_and_update(checkout):
     output = shell(readme_block(readme, "build-offline"), cwd=env)
     built = time.monotonic() - started
     assert "installed from wheels/ only" in output
+    # `uv run` wrote uv.lock, which the rendered .gitignore keeps out: nothing to commit before
+    # an update (which refuses a dirty tree)
+    assert (env / "uv.lock").is_file() and git("status", "--porcelain", cwd=env) == ""
     wheels = list((env / "wheels").glob("*.whl"))
     size = sum(p.stat().st_size for p in wheels) / 1e6
     print(f"wheels/: {len(wheels)} wheels, {size:.0f} MB; fill + offline build {built:.0f} s")

@@ -477,3 +477,25 @@ def test_a_dataset_with_invalid_tasks_renders_only_when_asked(tmp_path):
     assert "- `templates/base`: templates/base/instruction.md: missing" in readme
     task = Dataset(dst / "tasks")["templates/base"]
     assert task.kind is TaskKind.INVALID and "instruction.md" in task.problems[0]
+
+
+def test_rendered_readme_states_what_a_user_needs(copie):
+    """What the newcomer asked after round two: each is in the rendered README."""
+    project = render(copie)
+    readme = (project / "README.md").read_text()
+    for text in (
+        "GET /harbor_openenv/splits",  # the Task API
+        "HARBOR_OPENENV_RECORD_DIR",  # recording rollouts
+        '-v "$PWD/records:/records"',  # ... to a mounted volume in Docker
+        "pip install harbor",  # Harbor's viewer, not a CI venv
+        "ENABLE_WEB_INTERFACE",  # the web page
+        "--network host` instead",  # a build on an engine without a bridge network
+        "uv.lock",  # what to do with the lock `uv run` writes
+        ".sync()",  # OpenEnv's async client
+        "Docker Compose v2",  # where `docker compose` comes from
+        "session utilization",  # the HPA's metric
+    ):
+        assert text in readme, text
+    assert "active sessions" not in readme
+    assert ".venv/bin/harbor" not in readme and "harbor-venv" not in readme
+    assert "uv.lock" in (project / ".gitignore").read_text().splitlines()
