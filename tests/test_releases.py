@@ -100,7 +100,7 @@ def test_renaming_renames_the_default_description(template, tmp_path):
     expected = "OpenEnv environment serving the Harbor tasks of renamed-env"
     for name in ("openenv.yaml", "README.md", "pyproject.toml"):
         text = (repo / name).read_text()
-        assert expected in text and "of examples-env" not in text, name
+        assert expected in text and "of example-env" not in text, name
     assert yaml.safe_load((repo / "openenv.yaml").read_text())["name"] == "renamed-env"
 
 

@@ -238,7 +238,7 @@ def test_bundled_example_dataset_renders_with_counts(copie):
     assert "| text-only (scored client-side against `solution/patch.diff`) | 1 |" in readme
     assert "`text-only-pr-diff`" in readme
     assert (
-        tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == "examples-env"
+        tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == "example-env"
     )
     # the bundled example by its stable name, never the path of copier's temporary clone
     answers = (project / ".copier-answers.yml").read_text()
