@@ -252,7 +252,7 @@ def test_docker_route_and_update(checkout):
     shutil.copytree(tasks / "word-count", tasks / "word-count-2", symlinks=True)
     with (tasks / "hello-world" / "instruction.md").open("a") as handle:
         handle.write("\nNo other file is needed.\n")
-    commit_all(env, "our work")  # `uv run` wrote uv.lock; everything committed
+    assert git("status", "--porcelain", cwd=env) == ""  # nothing to commit before the sync
     sync = readme_block(readme, "sync").replace("/path/to/dataset", str(dataset))
     output = shell(sync, cwd=env)
     assert "word-count-2" in output and "hello-world" in output, output
