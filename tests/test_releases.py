@@ -15,10 +15,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _template_helpers import REPO, commit_all, git, release_series
+from _template_helpers import REPO, commit_all, fake_package_index, git, release_series
 
 EXAMPLE = REPO / "examples" / "dataset"
 RELEASES = ["0.2.0", "0.3.0", "0.4.0"]
+
+
+@pytest.fixture(autouse=True)
+def published_runtime(tmp_path_factory, monkeypatch):
+    """The pin check looks pins up on a local index with harbor-openenv 0.1.0 and 0.2.0."""
+    index = tmp_path_factory.mktemp("package-index")
+    for key, value in fake_package_index(index, ["0.1.0", "0.2.0"]).items():
+        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +100,7 @@ def test_renaming_renames_the_default_description(template, tmp_path):
     expected = "OpenEnv environment serving the Harbor tasks of renamed-env"
     for name in ("openenv.yaml", "README.md", "pyproject.toml"):
         text = (repo / name).read_text()
-        assert expected in text and "of examples-env" not in text, name
+        assert expected in text and "of example-env" not in text, name
     assert yaml.safe_load((repo / "openenv.yaml").read_text())["name"] == "renamed-env"
 
 
@@ -102,6 +110,8 @@ def test_renaming_renames_the_default_description(template, tmp_path):
         (["port=abc"], None, "-d port=abc is not a whole number"),
         (["env_name=Bad Name"], None, "the answer to env_name is refused: Use 1-96 lower-case"),
         (["nonsense"], None, "-d nonsense: write it as KEY=VALUE"),
+        (["runtime_pin=harbor-openenv==9.9.9"], None, "harbor-openenv==9.9.9: no harbor-openenv"),
+        (["runtime_pin=/x/numpy-1.0-py3-none-any.whl"], None, "not a harbor-openenv wheel's"),
         ([], ("port: 8000", "port: [8000"), ".copier-answers.yml is not valid YAML at line"),
         ([], ("port: 8000", "port: eighty"), ".copier-answers.yml: port: eighty is not a whole"),
         ([], ("_commit: v0.2.0", "_commit: v0.1.99"), "records _commit: v0.1.99, which the"),
@@ -127,3 +137,36 @@ def test_mistakes_get_one_line_saying_what_to_do(template, tmp_path, data, broke
     assert len(lines) == 1 and lines[0].startswith("harbor-openenv update: "), result.stderr
     assert expected in lines[0], lines[0]
     assert "Traceback" not in result.stdout + result.stderr
+
+
+YOURS = "<!-- harbor-openenv:yours"
+
+
+def test_notes_in_the_readme_section_of_your_own_survive_a_release_adding_a_section(tmp_path):
+    """The rendered README ends with a section no template release touches: a user's notes there
+    merge without conflicts with a release that adds a section at the README's end (above it)."""
+    template = release_series(tmp_path / "harbor-openenv", ["0.2.0"])
+    jinja = template / "template" / "README.md.jinja"
+    text = jinja.read_text()
+    section = "## A new section\n\nAdded by release 0.3.0.\n\n"
+    where = text.find("## Your notes\n")  # above the user's section (main had none: at the end)
+    text = text[:where] + section + text[where:] if where >= 0 else text + "\n" + section
+    jinja.write_text(text)
+    version = template / "runtime" / "src" / "harbor_openenv" / "_version.py"
+    version.write_text('__version__ = "0.3.0"\n')
+    commit_all(template, "Release v0.3.0")
+    git("tag", "v0.3.0", cwd=template)
+
+    repo = tmp_path / "env"
+    copy(template, repo, "v0.2.0", f"dataset_path={EXAMPLE}")
+    readme = (repo / "README.md").read_text()
+    notes = "\nOur cluster: 16 sessions a node.\n\nTrain on split `train` only.\n"
+    (repo / "README.md").write_text(readme + notes)
+    commit_all(repo, "our notes")
+    result = update(repo, "v0.3.0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "updated without conflicts" in result.stderr
+    readme = (repo / "README.md").read_text()
+    assert readme.endswith(notes), readme[-500:]
+    assert YOURS in readme and "harbor-openenv update" in readme.split(YOURS)[1]
+    assert readme.index("## A new section") < readme.index(YOURS)

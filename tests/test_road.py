@@ -143,7 +143,7 @@ def checkout(tmp_path) -> Path:
 def render(checkout: Path, port: int, name: str) -> Path:
     """README.md's first command, as written, plus the copier answers for port and name."""
     first = readme_block((REPO / "README.md").read_text(), "render").splitlines()[0]
-    assert first.startswith("$ ") and '"$PWD"' in first
+    assert first.startswith("$ ") and '"$PWD"' in first and "scripts/copy" in first
     command = first[2:] + f" -d port={port} -d env_name={name}"
     output = shell(command, cwd=checkout)
     assert "not a published release: built harbor_openenv-" in output
@@ -172,6 +172,16 @@ def test_compose_route(checkout):
     for option in ("HARBOR_OPENENV_NETWORK_MODE=host", "HARBOR_OPENENV_BUILD_NETWORK=none"):
         assert option in compose and option.split("=")[0] in readme
     shell(readme_block(readme, "build-offline").splitlines()[0], cwd=env)  # wheels/ only
+    # The README's Compose v2 plugin, in a docker config folder of the test's own (the machine's
+    # plugin stays out of it): compose failures must fail the README's commands.
+    docker_config = str(env.parent / "docker-config")
+    shell(readme_block(readme, "compose-plugin"), cwd=env, DOCKER_CONFIG=docker_config)
+    missing = subprocess.run(
+        ["docker", "compose", "-f", "/nonexistent/compose.yaml", "config"],
+        env={**os.environ, "DOCKER_CONFIG": docker_config},
+        capture_output=True,
+    )
+    assert missing.returncode != 0, "the README's compose plugin exits 0 for a missing file"
     up = readme_block(readme, "compose").replace("change-me", TOKEN)
     # the documented .env options for an engine without a bridge network and no index
     up = up.replace(
@@ -180,13 +190,15 @@ def test_compose_route(checkout):
         " && echo HARBOR_OPENENV_BUILD_NETWORK=none >> .env",
         1,
     )
-    shell(up, cwd=env)
+    shell(up, cwd=env, DOCKER_CONFIG=docker_config)
     try:
-        assert wait_healthy(f"http://127.0.0.1:{port}"), shell("docker compose logs", env)
+        assert wait_healthy(f"http://127.0.0.1:{port}"), shell(
+            "docker compose logs", env, DOCKER_CONFIG=docker_config
+        )
         out = run_trainer(trainer(readme, port), env, trainer_venv(readme, env))
         assert "reward: 1.0" in out, out
     finally:
-        shell("docker compose down", cwd=env)
+        shell("docker compose down", cwd=env, DOCKER_CONFIG=docker_config)
     assert not subprocess.run(
         ["git", "status", "--porcelain", "--", ".env"], cwd=env, capture_output=True, text=True
     ).stdout, ".env is not ignored by git"
@@ -200,6 +212,9 @@ def test_docker_route_and_update(checkout):
     output = shell(readme_block(readme, "build-offline"), cwd=env)
     built = time.monotonic() - started
     assert "installed from wheels/ only" in output
+    # `uv run` wrote uv.lock, which the rendered .gitignore keeps out: nothing to commit before
+    # an update (which refuses a dirty tree)
+    assert (env / "uv.lock").is_file() and git("status", "--porcelain", cwd=env) == ""
     wheels = list((env / "wheels").glob("*.whl"))
     size = sum(p.stat().st_size for p in wheels) / 1e6
     print(f"wheels/: {len(wheels)} wheels, {size:.0f} MB; fill + offline build {built:.0f} s")
@@ -237,7 +252,7 @@ def test_docker_route_and_update(checkout):
     shutil.copytree(tasks / "word-count", tasks / "word-count-2", symlinks=True)
     with (tasks / "hello-world" / "instruction.md").open("a") as handle:
         handle.write("\nNo other file is needed.\n")
-    commit_all(env, "our work")  # `uv run` wrote uv.lock; everything committed
+    assert git("status", "--porcelain", cwd=env) == ""  # nothing to commit before the sync
     sync = readme_block(readme, "sync").replace("/path/to/dataset", str(dataset))
     output = shell(sync, cwd=env)
     assert "word-count-2" in output and "hello-world" in output, output

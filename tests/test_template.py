@@ -13,6 +13,7 @@ import yaml
 from _template_helpers import (
     REPO,
     RUNTIME_VERSION,
+    fake_package_index,
     make_weird_dataset,
     run_copier,
     tree_digest,
@@ -22,6 +23,18 @@ from _template_helpers import (
 from harbor_openenv.manifest import MANIFEST_NAME, verify_manifest
 
 GIT_PIN = "harbor-openenv @ git+https://example.org/you/harbor-openenv@v0.1.0#subdirectory=runtime"
+
+
+@pytest.fixture(autouse=True)
+def published_runtime(tmp_path_factory, monkeypatch):
+    """harbor-openenv 0.1.0 and 0.2.0 published on a local package index: the pins these tests
+    give are checked against it (harbor_openenv.pins), not against the real index."""
+    index = tmp_path_factory.mktemp("package-index")
+    from plumbum import local  # copier runs its tasks with plumbum's copy of the environment
+
+    for key, value in fake_package_index(index, ["0.1.0", "0.2.0"]).items():
+        monkeypatch.setenv(key, value)
+        monkeypatch.setitem(local.env, key, value)
 
 
 @pytest.fixture(scope="session")
@@ -228,7 +241,7 @@ def test_bundled_example_dataset_renders_with_counts(copie):
     assert "| text-only (scored client-side against `solution/patch.diff`) | 1 |" in readme
     assert "`text-only-pr-diff`" in readme
     assert (
-        tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == "examples-env"
+        tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == "example-env"
     )
     # the bundled example by its stable name, never the path of copier's temporary clone
     answers = (project / ".copier-answers.yml").read_text()
@@ -467,3 +480,25 @@ def test_a_dataset_with_invalid_tasks_renders_only_when_asked(tmp_path):
     assert "- `templates/base`: instruction.md: missing" in readme  # the id once
     task = Dataset(dst / "tasks")["templates/base"]
     assert task.kind is TaskKind.INVALID and "instruction.md" in task.problems[0]
+
+
+def test_rendered_readme_states_what_a_user_needs(copie):
+    """What the newcomer asked after round two: each is in the rendered README."""
+    project = render(copie)
+    readme = (project / "README.md").read_text()
+    for text in (
+        "GET /harbor_openenv/splits",  # the Task API
+        "HARBOR_OPENENV_RECORD_DIR",  # recording rollouts
+        '-v "$PWD/records:/records"',  # ... to a mounted volume in Docker
+        "pip install harbor",  # Harbor's viewer, not a CI venv
+        "ENABLE_WEB_INTERFACE",  # the web page
+        "--network host` instead",  # a build on an engine without a bridge network
+        "uv.lock",  # what to do with the lock `uv run` writes
+        ".sync()",  # OpenEnv's async client
+        "Docker Compose v2",  # where `docker compose` comes from
+        "session utilization",  # the HPA's metric
+    ):
+        assert text in readme, text
+    assert "active sessions" not in readme
+    assert ".venv/bin/harbor" not in readme and "harbor-venv" not in readme
+    assert "uv.lock" in (project / ".gitignore").read_text().splitlines()

@@ -21,6 +21,7 @@ from _template_helpers import (
     OLD,
     RUNTIME_VERSION,
     commit_all,
+    fake_package_index,
     git,
     tagged_template_clone,
     tree_digest,
@@ -80,6 +81,18 @@ def user_edits(repo: Path) -> dict[str, str]:
         "README.md": "We train with 16 sessions per node.",
         "pyproject.toml": 'train = ["numpy>=1.26"]',
     }
+
+
+@pytest.fixture(autouse=True)
+def published_runtime(tmp_path_factory, monkeypatch):
+    """harbor-openenv 0.1.0 and 0.2.0 published on a local package index: the pins these tests
+    give are checked against it (harbor_openenv.pins), not against the real index."""
+    index = tmp_path_factory.mktemp("package-index")
+    from plumbum import local  # copier runs its tasks with plumbum's copy of the environment
+
+    for key, value in fake_package_index(index, ["0.1.0", "0.2.0"]).items():
+        monkeypatch.setenv(key, value)
+        monkeypatch.setitem(local.env, key, value)
 
 
 def update(repo: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -108,6 +108,27 @@ def explain_failure(output: str, answers: dict[str, Any]) -> str:
     return f"copier update failed: {last}"
 
 
+def check_runtime_pin(repo: Path, data: Sequence[str]) -> None:
+    """An UpdateError when ``-d runtime_pin=...`` names a runtime that is not there (in the
+    repo's ``wheels/``, on the package index, at the git URL, as a wheel file); a warning on
+    stderr when it could not be checked (offline)."""
+    from .pins import PinError, check_pin
+
+    for item in data:
+        key, _, value = item.partition("=")
+        if key.strip() != "runtime_pin" or not value.strip():
+            continue
+        pin = value.strip()
+        if pin.endswith(".whl") and not Path(pin).expanduser().is_absolute():
+            pin = str(repo / pin)  # copier runs in the repo: relative to it
+        try:
+            note = check_pin(pin, repo / "wheels")
+        except PinError as exc:
+            raise UpdateError(str(exc)) from None
+        if note:
+            print(f"harbor-openenv update: warning: {note}", file=sys.stderr)
+
+
 def run_copier_update(repo: Path, vcs_ref: str | None = None, data: Sequence[str] = ()) -> None:
     """Run ``copier update`` in ``repo`` keeping earlier answers (``data``: KEY=VALUE changes)."""
     try:
@@ -117,6 +138,7 @@ def run_copier_update(repo: Path, vcs_ref: str | None = None, data: Sequence[str
             "copier is not installed here: pip install copier (or: uv run --with copier ...)"
         ) from None
     answers = check_answers(repo, data)
+    check_runtime_pin(repo, data)
     command = [sys.executable, "-m", "copier", "update", "--trust", "--defaults"]
     command += ["--conflict", "inline"]
     if vcs_ref:
