@@ -169,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         "--build-runtime", default="", help="runtime/ to build a wheel of into wheels/ ('' = none)"
     )
     parser.add_argument(
-        "--runtime-wheel-only", action="store_true", help="only --build-runtime (on update)"
+        "--runtime-wheel-only",
+        action="store_true",
+        help="only --build-runtime, or without it remove unreleased runtime wheels (on update)",
     )
     parser.add_argument(
         "--runtime-pin", default="", help="the runtime_pin answer, checked first ('' = none)"
@@ -188,8 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.runtime_wheel_only:
+        wheels = args.dest.resolve() / "wheels"
         if args.build_runtime:
-            build_runtime_wheel(Path(args.build_runtime), args.dest.resolve() / "wheels")
+            build_runtime_wheel(Path(args.build_runtime), wheels)
+        else:  # a published release: the wheels earlier unreleased versions built are stale
+            for stale in sorted(wheels.glob("harbor_openenv-*+src.*.whl")):
+                stale.unlink()
+                log(f"  removed {stale.name} from wheels/ (an unreleased runtime, now unused)")
         return 0
     if args.dataset is None:
         parser.error("--dataset is required")

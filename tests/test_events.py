@@ -110,3 +110,12 @@ def test_text_quoting_and_level():
     assert record.getMessage() == 'error task="a b" error="say \\"no\\"" n=0.123'
     assert record.levelno == logging.WARNING
     assert record.harbor_fields == {"task": "a b", "error": 'say "no"', "n": 0.123456}
+
+
+def test_every_json_line_names_its_event():
+    """A line that is only a message (the first a server logs may be one) has ``event: log``."""
+    record = logging.LogRecord(
+        "harbor_openenv", logging.INFO, __file__, 1, "hello %s", ("x",), None
+    )
+    line = json.loads(events.JsonFormatter().format(record))
+    assert (line["event"], line["message"]) == ("log", "hello x")

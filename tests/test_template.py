@@ -502,3 +502,24 @@ def test_rendered_readme_states_what_a_user_needs(copie):
     assert "active sessions" not in readme
     assert ".venv/bin/harbor" not in readme and "harbor-venv" not in readme
     assert "uv.lock" in (project / ".gitignore").read_text().splitlines()
+
+
+def test_an_update_to_a_release_removes_the_unreleased_runtime_wheels(tmp_path):
+    """The update's after-migration without --build-runtime (the new version is a published
+    release): wheels an unreleased version built (their local label +src.) go, others stay."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    built = wheels / "harbor_openenv-0.2.0.dev0+src.abc123-py3-none-any.whl"
+    filled = [wheels / "harbor_openenv-0.2.0-py3-none-any.whl", wheels / "numpy-2.0-cp311.whl"]
+    for path in (built, *filled):
+        path.write_bytes(b"wheel")
+    hook = Path(__file__).resolve().parents[1] / "hooks" / "copy_tasks.py"
+    result = subprocess.run(
+        [sys.executable, str(hook), "--runtime-wheel-only", "--dest", str(tmp_path)]
+        + ["--build-runtime", ""],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(wheels.iterdir()) == sorted(filled)
+    assert f"removed {built.name}" in result.stderr

@@ -22,12 +22,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
+import fastapi_offline
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._openenv import ConcurrencyConfig, create_app
+from .about import environment_about
 from .config import Settings
 from .environment import HarborEnvironment
 from .events import Timer, event
@@ -181,10 +185,69 @@ class _Sessions:
                 await send({"type": "websocket.close", "code": 1013, "reason": reason})
             return
         self.runtime.session_opened()
+        limit = self.runtime.pool.limit
+
+        async def send_ours(message: Message) -> None:
+            await send(_capacity_in_our_words(message, limit))
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_ours)
         finally:
             self.runtime.session_closed()
+
+
+def _capacity_in_our_words(message: Message, limit: int) -> Message:
+    """OpenEnv's ``CAPACITY_REACHED`` error with the message a plain reset at the limit gets."""
+    text = message.get("text") if message["type"] == "websocket.send" else None
+    if not text or "CAPACITY_REACHED" not in text:
+        return message
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return message
+    data = value.get("data") if isinstance(value, dict) else None
+    if not isinstance(data, dict) or data.get("code") != "CAPACITY_REACHED":
+        return message
+    data["message"] = (
+        f"the server is at its limit of {limit} sessions (HARBOR_OPENENV_MAX_SESSIONS): try"
+        " again later, or another replica"
+    )
+    return {**message, "text": json.dumps(value)}
+
+
+_OFFLINE_DOCS = "/static-offline-docs"
+
+
+def _serve_docs_offline(app: FastAPI) -> None:
+    """``/docs`` and ``/redoc`` from the Swagger UI and ReDoc files ``fastapi-offline`` ships,
+    in place of FastAPI's pages, which load them from a CDN (a blank page on an offline host)."""
+    pages = {"/docs", "/redoc"}
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) not in pages]
+    static = Path(fastapi_offline.__file__).parent / "static"
+    app.mount(_OFFLINE_DOCS, StaticFiles(directory=static), name="static-offline-docs")
+    openapi = app.openapi_url or "/openapi.json"
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=root + openapi,
+            title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{root}{_OFFLINE_DOCS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{_OFFLINE_DOCS}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{_OFFLINE_DOCS}/favicon.png",
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_redoc_html(
+            openapi_url=root + openapi,
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}{_OFFLINE_DOCS}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{_OFFLINE_DOCS}/favicon.png",
+            with_google_fonts=False,
+        )
 
 
 def _drain_on_sigterm(runtime: Runtime) -> None:
@@ -283,7 +346,10 @@ def build_app(
         # slots (and containers) until the server restarts (OpenEnv issue #1000).
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=sessions, session_timeout=idle),
         state_cls=HarborState,
+        # the web page's title: the environment's name (openenv.yaml), not "Harbor Openenv"
+        title_override=environment_about(root, settings.env_name, settings.env_version)["name"],
     )
+    _serve_docs_offline(app)
     app.state.runtime = runtime
     app.add_middleware(_ObjectMessagesOnly)
     app.add_middleware(

@@ -94,7 +94,8 @@ class JsonFormatter(logging.Formatter):
         if name is not None:
             out["event"] = name
             out.update(record.harbor_fields)  # type: ignore[attr-defined]
-        else:
+        else:  # every line has an event: "log" for a line that is only a message
+            out["event"] = "log"
             out["message"] = record.getMessage()
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
