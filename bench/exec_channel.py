@@ -19,8 +19,8 @@ from pathlib import Path
 
 import docker
 
-from harbor_openenv import driver
-from harbor_openenv.launch import Server
+from harbor_openenv.client import driver
+from harbor_openenv.client.launch import Server
 from harbor_openenv.models import HarborAction
 from harbor_openenv.sandbox import LABEL
 
@@ -252,8 +252,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=32)
     args = parser.parse_args()
     from harbor_openenv.config import Settings
-    from harbor_openenv.dataset import Dataset
-    from harbor_openenv.image import ImageResolver
+    from harbor_openenv.images.resolver import ImageResolver
+    from harbor_openenv.tasks.dataset import Dataset
 
     client = docker.from_env(timeout=300)
     resolver = ImageResolver(client, build_network=Settings.from_env().build_network)

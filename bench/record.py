@@ -22,7 +22,7 @@ from pathlib import Path
 import docker
 
 from harbor_openenv.config import Settings
-from harbor_openenv.record import Recorder
+from harbor_openenv.episode.record import Recorder
 
 IMAGE = "debian:bookworm-slim"
 COMMAND = ["sh", "-c", "ls -la /usr/bin | head -c 4000"]

@@ -27,8 +27,8 @@ from pathlib import Path
 import docker
 from exec_channel import TASK, TASKS, channel_rows, tests_archive  # bench/, beside this script
 
-from harbor_openenv import driver
-from harbor_openenv.launch import Server
+from harbor_openenv.client import driver
+from harbor_openenv.client.launch import Server
 from harbor_openenv.models import HarborAction
 
 TOKEN = "bench-token"
@@ -229,8 +229,8 @@ def main() -> None:
     pooled = bench_server(TASKS, HARBOR_OPENENV_POOL_SIZE="2", HARBOR_OPENENV_DEFAULT_TASK=TASK)
     try:
         from harbor_openenv.config import Settings
-        from harbor_openenv.dataset import Dataset
-        from harbor_openenv.image import ImageResolver
+        from harbor_openenv.images.resolver import ImageResolver
+        from harbor_openenv.tasks.dataset import Dataset
 
         resolver = ImageResolver(client, build_network=Settings.from_env().build_network)
         image, reps = resolver.resolve(Dataset(TASKS)[TASK]), args.reps

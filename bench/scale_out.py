@@ -44,7 +44,7 @@ from _registry import env_repo, remove_ours, run_cli, serve_registry  # noqa: E4
 from conftest import TOKEN, Server  # noqa: E402
 
 from harbor_openenv import HarborEnvClient  # noqa: E402
-from harbor_openenv.registry import LOCK_NAME  # noqa: E402
+from harbor_openenv.images.lock import LOCK_NAME  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

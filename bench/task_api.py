@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 from run import big_dataset
 
-from harbor_openenv.launch import Server
+from harbor_openenv.client.launch import Server
 
 ENV = "harbor_openenv"
 

@@ -21,8 +21,8 @@ runtime's wheel from the template's own runtime/ (``uv build --wheel``, else ``p
 first. Built wheels are cached by the runtime's content under ~/.cache/harbor-openenv.
 
 It runs on copier's Python, which has pydantic (a copier dependency) but not the runtime's server
-extras, so it imports only harbor_openenv.manifest, .sync and .task (and the task_config and
-dataset modules they use), from the template's runtime/src, without running the package's __init__
+extras, so it imports only harbor_openenv.datasets.manifest and .sync and harbor_openenv.tasks
+(the task format they use), from the template's runtime/src, without running the package's __init__
 (which may import the server stack).
 """
 
@@ -46,16 +46,16 @@ PROGRESS_FROM = 500  # show progress for datasets with more files than this
 
 
 def _import_runtime() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
-    """Import harbor_openenv.manifest, .sync and .task from the template's runtime/src."""
+    """Import harbor_openenv.datasets.manifest, .sync and .task from the template's runtime/src."""
     package_dir = RUNTIME_SRC / "harbor_openenv"
     if "harbor_openenv" not in sys.modules:
         package = types.ModuleType("harbor_openenv")
         package.__path__ = [str(package_dir)]
         sys.modules["harbor_openenv"] = package
     return (
-        importlib.import_module("harbor_openenv.manifest"),
-        importlib.import_module("harbor_openenv.sync"),
-        importlib.import_module("harbor_openenv.task"),
+        importlib.import_module("harbor_openenv.datasets.manifest"),
+        importlib.import_module("harbor_openenv.datasets.sync"),
+        importlib.import_module("harbor_openenv.tasks.task"),
     )
 
 
@@ -201,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dataset is None:
         parser.error("--dataset is required")
     manifest_mod, sync, task_mod = _import_runtime()
-    refs = importlib.import_module("harbor_openenv.refs")
+    refs = importlib.import_module("harbor_openenv.datasets.sources")
     if args.runtime_pin.strip() and not args.runtime_pin.strip().endswith(".whl"):
         # Checked before anything is written; a wheel pin is checked with the dataset, below.
-        pins = importlib.import_module("harbor_openenv.pins")
+        pins = importlib.import_module("harbor_openenv.cli.pins")
         try:
             note = pins.check_pin(args.runtime_pin, args.dest.resolve() / "wheels")
         except pins.PinError as exc:

@@ -9,9 +9,9 @@ and exits 1 when a task that both sides run gets different rewards (or metrics) 
 Harbor side: `harbor run` (Harbor >= 0.25 with its docker backend, which needs `docker compose`)
 with one job holding both agents. Harbor is looked up in $HARBOR_OPENENV_HARBOR_VENV (default
 ~/.cache/harbor-openenv/harbor-venv, installed by .ci/interop-tools.sh), else on PATH.
-Runtime side: a harbor-openenv server on 127.0.0.1 (harbor_openenv.launch) driven over its
-WebSocket API by the episode driver (harbor_openenv.driver); nop is reset + evaluate, oracle is
-reset + solve + evaluate, for each step of a multi-step task.
+Runtime side: a harbor-openenv server on 127.0.0.1 (harbor_openenv.client.launch) driven over its
+WebSocket API by the episode driver (harbor_openenv.client.driver); nop is reset + evaluate,
+oracle is reset + solve + evaluate, for each step of a multi-step task.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from harbor_openenv import driver
-from harbor_openenv.dataset import Dataset
-from harbor_openenv.launch import Server
+from harbor_openenv.client import driver
+from harbor_openenv.client.launch import Server
+from harbor_openenv.tasks.dataset import Dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_HARBOR_VENV = Path.home() / ".cache" / "harbor-openenv" / "harbor-venv"

@@ -18,7 +18,7 @@ from conftest import TOKEN, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from harbor_openenv import HarborEnvClient
-from harbor_openenv.launch import free_port, stop_process
+from harbor_openenv.client.launch import free_port, stop_process
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 TASK = "edit-file"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import docker
 
-from harbor_openenv.launch import stop_process
+from harbor_openenv.client.launch import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 DAEMON_JSON = ROOT / ".ci" / "daemon.json"

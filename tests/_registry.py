@@ -18,9 +18,9 @@ import docker.errors
 import httpx
 from conftest import FIXTURE_TASKS, wait_until
 
-from harbor_openenv.launch import free_port, stop_process
+from harbor_openenv.client.launch import free_port, stop_process
 
-CLI = [sys.executable, "-m", "harbor_openenv.cli"]
+CLI = [sys.executable, "-m", "harbor_openenv.cli.main"]
 NONCE = f"harbor-openenv.test-registry={uuid.uuid4().hex}"
 REGISTRY_BIN = "/usr/bin/docker-registry"
 

@@ -158,7 +158,7 @@ def fake_package_index(root: Path, versions: list[str]) -> dict[str, str]:
     are published (metadata-only wheels), and the environment that points the pin check at it
     (HARBOR_OPENENV_PIN_INDEX_URL: uv's own index settings stay, for its builds); git's HTTP
     goes to a closed port, so a git pin to an example URL is "could not be checked" offline and
-    online alike. What the pin check (harbor_openenv.pins) sees in these tests."""
+    online alike. What the pin check (harbor_openenv.cli.pins) sees in these tests."""
     import zipfile
 
     project = root / "harbor-openenv"

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harbor_openenv import launch
+from harbor_openenv.client import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache"

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from conftest import FIXTURE_TASKS, ROOT, runtime_containers, wait_until
 
-from harbor_openenv.launch import free_port
+from harbor_openenv.client.launch import free_port
 from harbor_openenv.sandbox import server_scope
 
-CLI = [sys.executable, "-m", "harbor_openenv.cli"]
+CLI = [sys.executable, "-m", "harbor_openenv.cli.main"]
 FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
 
 
@@ -143,7 +143,7 @@ def test_validate_names_variables_needed_at_serve_time(tmp_path):
 def test_validate_needs_only_the_core_package():
     code = (
         "import sys, contextlib, io\n"
-        "from harbor_openenv.cli import main\n"
+        "from harbor_openenv.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    status = main(['validate', {str(FIXTURE_TASKS)!r}])\n"
         "heavy = sorted({'openenv', 'docker', 'fastapi', 'uvicorn'} & set(sys.modules))\n"
@@ -393,7 +393,7 @@ def test_serve_refuses_a_token_on_the_command_line_and_says_why():
 
 
 def test_serve_reads_the_token_from_a_file_and_keeps_it_out_of_ps(docker_client, tmp_path):
-    from harbor_openenv.client import HarborEnvClient
+    from harbor_openenv.client.env_client import HarborEnvClient
 
     token = "file-token-" + os.urandom(8).hex()
     (tmp_path / "token").write_text(f"{token}\n")

@@ -138,7 +138,7 @@ def test_settings_are_frozen_and_documented():
 
 def test_importing_reads_no_environment():
     # A module-level read would show as an unknown variable's error at import; none happens.
-    code = "import harbor_openenv.config, harbor_openenv.app, harbor_openenv.events"
+    code = "import harbor_openenv.config, harbor_openenv.server.app, harbor_openenv.events"
     env = {"PATH": "/usr/bin:/bin", "HARBOR_OPENENV_MAX_SESSIONS": "not-a-number"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

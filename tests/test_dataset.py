@@ -7,9 +7,9 @@ import time
 import pytest
 from _task_helpers import make_task
 
-from harbor_openenv.dataset import Dataset, find_tasks_root
-from harbor_openenv.task import TaskKind
-from harbor_openenv.task_config import DatasetError
+from harbor_openenv.tasks.config import DatasetError
+from harbor_openenv.tasks.dataset import Dataset, find_tasks_root
+from harbor_openenv.tasks.task import TaskKind
 
 
 def test_find_tasks_root(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from _template_helpers import tree_digest, write_task
 from conftest import ROOT
 
-from harbor_openenv import refs
+from harbor_openenv.datasets import sources as refs
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -129,7 +129,15 @@ def copier_copy(
 
 def sync(repo: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "harbor_openenv.cli", "sync-tasks", *extra, "--repo", str(repo)],
+        [
+            sys.executable,
+            "-m",
+            "harbor_openenv.cli.main",
+            "sync-tasks",
+            *extra,
+            "--repo",
+            str(repo),
+        ],
         capture_output=True,
         text=True,
     )
@@ -244,7 +252,7 @@ def test_hub_reference_resolution_with_a_stand_in_download(tmp_path):
         "revision": "v1",
         "commit": "c0ffee" * 6 + "abcd",
     }
-    from harbor_openenv.sync import open_dataset
+    from harbor_openenv.datasets.sync import open_dataset
 
     dataset, _ = open_dataset(resolved.root)
     assert dataset.ids == ["alpha", "beta", "gamma"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harbor_openenv import driver
+from harbor_openenv.client import driver
 from harbor_openenv.models import HarborAction, HarborObservation
 
 

@@ -7,7 +7,7 @@ import threading
 
 import docker.errors
 
-from harbor_openenv import engine
+from harbor_openenv.sandbox import engine
 
 
 def test_one_pool_serves_every_url_under_concurrent_requests(docker_client, caplog):

@@ -13,13 +13,13 @@ import pytest
 from _fake_sandbox import FakeSandbox
 
 from harbor_openenv.config import Settings
-from harbor_openenv.environment import HarborEnvironment
-from harbor_openenv.episode import Episode
+from harbor_openenv.episode.episode import Episode
+from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.models import HarborAction
-from harbor_openenv.runtime import Runtime
 from harbor_openenv.sandbox import Sandbox
-from harbor_openenv.task import Task
-from harbor_openenv.task_config import EnvironmentConfig
+from harbor_openenv.server.environment import HarborEnvironment
+from harbor_openenv.tasks.config import EnvironmentConfig
+from harbor_openenv.tasks.task import Task
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

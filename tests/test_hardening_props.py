@@ -14,9 +14,9 @@ from _processes import processes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harbor_openenv.dataset import Dataset
 from harbor_openenv.sandbox import PathEscapeError, SandboxError, resolve_within
-from harbor_openenv.task_config import DatasetError, parse_task_config
+from harbor_openenv.tasks.config import DatasetError, parse_task_config
+from harbor_openenv.tasks.dataset import Dataset
 
 # -- resolve_within (lexical) ----------------------------------------------------------------------
 

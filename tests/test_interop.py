@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TOKEN, Server, runtime_containers, wait_until
 
-from harbor_openenv.dataset import Dataset
-from harbor_openenv.task import TaskKind
+from harbor_openenv.tasks.dataset import Dataset
+from harbor_openenv.tasks.task import TaskKind
 
 pytestmark = pytest.mark.docker
 
@@ -280,7 +280,7 @@ def test_harbor_compat_agrees_with_harbors_task_model() -> None:
     harbor_compat warns, and the warning names a field."""
     import tomllib
 
-    from harbor_openenv.harbor_compat import config_warnings
+    from harbor_openenv.tasks.harbor_rules import config_warnings
 
     venv = Path(
         os.environ.get("HARBOR_OPENENV_HARBOR_VENV")

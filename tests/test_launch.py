@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURE_TASKS
 
-from harbor_openenv.launch import Server
+from harbor_openenv.client.launch import Server
 
 
 def test_server_logs_to_a_file_and_stops_as_a_context_manager(tmp_path):

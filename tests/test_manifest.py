@@ -1,4 +1,4 @@
-"""harbor_openenv.manifest: byte-for-byte copy and sha256sum-compatible manifest."""
+"""harbor_openenv.datasets.manifest: byte-for-byte copy and sha256sum-compatible manifest."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harbor_openenv import manifest as manifest_module
-from harbor_openenv.manifest import (
+from harbor_openenv.datasets import manifest as manifest_module
+from harbor_openenv.datasets.manifest import (
     MANIFEST_NAME,
     CopyError,
     copy_tasks,

@@ -1,4 +1,5 @@
-"""Recorded rollouts (harbor_openenv.record): the trial folders, their bounds, and Harbor reading
+"""Recorded rollouts (harbor_openenv.episode.record): the trial folders, their bounds, and
+Harbor reading
 them: Harbor 0.25's own models load every file (in Harbor's venv), and `harbor view` shows each
 episode and its reward in headless Chromium.
 
@@ -22,10 +23,10 @@ import pytest
 from conftest import FIXTURE_TASKS, Server, wait_until
 from test_interop import CHROMIUM_ARGS
 
-from harbor_openenv import record
+from harbor_openenv.client.launch import free_port, stop_process
 from harbor_openenv.config import Settings
-from harbor_openenv.launch import free_port, stop_process
-from harbor_openenv.record import (
+from harbor_openenv.episode import record
+from harbor_openenv.episode.record import (
     MAX_EPISODE_CHARS,
     MAX_LONG_TEXT_CHARS,
     MAX_TEXT_CHARS,

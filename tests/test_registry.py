@@ -19,10 +19,8 @@ import pytest
 from _registry import NONCE, RegistryError, env_repo, remove_ours, run_cli, serve_registry
 from conftest import FIXTURE_TASKS, ROOT, Server, runtime_containers, wait_until
 
-from harbor_openenv.dataset import Dataset
-from harbor_openenv.image import verifier_source
-from harbor_openenv.launch import free_port
-from harbor_openenv.registry import (
+from harbor_openenv.client.launch import free_port
+from harbor_openenv.images.lock import (
     LOCK_NAME,
     LockedImage,
     LockError,
@@ -31,6 +29,8 @@ from harbor_openenv.registry import (
     read_lock,
     write_lock,
 )
+from harbor_openenv.images.resolver import verifier_source
+from harbor_openenv.tasks.dataset import Dataset
 
 DIGEST_REF = r"task@sha256:[0-9a-f]{64}"
 FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
@@ -274,7 +274,7 @@ def test_lock_files_are_checked(tmp_path):
 
 
 def test_a_malformed_lock_stops_the_server_at_start(tmp_path):
-    from harbor_openenv.runtime import Runtime
+    from harbor_openenv.episode.runtime import Runtime
 
     repo = env_repo(tmp_path, "edit-file", nonce=False)
     (repo / LOCK_NAME).write_text("not json")

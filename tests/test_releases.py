@@ -48,7 +48,15 @@ def copy(template: Path, destination: Path, ref: str, *data: str) -> subprocess.
 
 
 def update(repo: Path, ref: str, *data: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "harbor_openenv.cli", "update", str(repo), "--vcs-ref", ref]
+    command = [
+        sys.executable,
+        "-m",
+        "harbor_openenv.cli.main",
+        "update",
+        str(repo),
+        "--vcs-ref",
+        ref,
+    ]
     for item in data:
         command += ["-d", item]
     return subprocess.run(command, capture_output=True, text=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harbor_openenv.reward import parse_reward
+from harbor_openenv.tasks.reward import parse_reward
 
 
 def test_reward_txt():

@@ -186,7 +186,7 @@ def test_huge_output_is_capped(server):
 
 
 def test_orchestration_needs_the_token(server):
-    from harbor_openenv.client import HarborEnvClient
+    from harbor_openenv.client.env_client import HarborEnvClient
 
     with HarborEnvClient(server.url) as env:  # no token
         env.reset(task_id="edit-file")
@@ -310,8 +310,8 @@ def test_build_failure_and_build_timeout_are_clear(tmp_path, docker_client):
 
 
 def test_identical_environments_build_once(tmp_path, docker_client):
-    from harbor_openenv.dataset import Dataset
-    from harbor_openenv.image import ImageResolver
+    from harbor_openenv.images.resolver import ImageResolver
+    from harbor_openenv.tasks.dataset import Dataset
 
     tasks = tmp_path / "tasks"
     for name in ("a", "b"):
@@ -335,8 +335,8 @@ def test_identical_environments_build_once(tmp_path, docker_client):
 
 
 def test_local_only_image_is_never_pulled(tmp_path, docker_client):
-    from harbor_openenv.dataset import Dataset
-    from harbor_openenv.image import ImageError, ImageResolver
+    from harbor_openenv.images.resolver import ImageError, ImageResolver
+    from harbor_openenv.tasks.dataset import Dataset
 
     task = tmp_path / "tasks" / "local"
     shutil.copytree(FIXTURE_TASKS / "edit-file", task)
@@ -353,8 +353,8 @@ def test_local_only_image_is_never_pulled(tmp_path, docker_client):
 
 
 def test_registry_and_docker_image_use_the_local_image_without_building(tmp_path, docker_client):
-    from harbor_openenv.dataset import Dataset
-    from harbor_openenv.image import ImageResolver
+    from harbor_openenv.images.resolver import ImageResolver
+    from harbor_openenv.tasks.dataset import Dataset
 
     root = tmp_path / "tasks"
     for name, toml in (
@@ -389,7 +389,7 @@ def test_health_answers_without_docker(tmp_path):
 
 
 def test_tasks_that_differ_from_the_manifest_are_refused(tmp_path, docker_client):
-    from harbor_openenv.manifest import MANIFEST_NAME, write_manifest
+    from harbor_openenv.datasets.manifest import MANIFEST_NAME, write_manifest
 
     tasks = tmp_path / "tasks"
     for name in ("edit-file", "no-reward"):

@@ -21,7 +21,7 @@ from harbor_openenv.sandbox import ExecResult, PathEscapeError, Sandbox, Sandbox
 from harbor_openenv.sandbox.base import EXEC_MARK, FOLDER_SKIP_BYTES, Archive
 from harbor_openenv.sandbox.files import load_script
 from harbor_openenv.sandbox.memory import MemorySandbox
-from harbor_openenv.task_config import HealthcheckConfig
+from harbor_openenv.tasks.config import HealthcheckConfig
 
 Call = tuple[str, str, dict[str, str], str]
 OK = ExecResult(0, "")

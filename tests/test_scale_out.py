@@ -40,8 +40,8 @@ from _registry import RegistryError, env_repo, remove_ours, run_cli, serve_regis
 from conftest import TOKEN, Server, runtime_containers, wait_until
 
 from harbor_openenv import HarborEnvClient
-from harbor_openenv.launch import free_port
-from harbor_openenv.registry import LOCK_NAME, read_lock
+from harbor_openenv.client.launch import free_port
+from harbor_openenv.images.lock import LOCK_NAME, read_lock
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 

@@ -12,7 +12,7 @@ import pytest
 from _template_helpers import tree_digest
 from conftest import ROOT
 
-from harbor_openenv.manifest import MANIFEST_NAME, read_modes, verify_manifest
+from harbor_openenv.datasets.manifest import MANIFEST_NAME, read_modes, verify_manifest
 
 EXAMPLE = ROOT / "examples" / "dataset"
 
@@ -35,7 +35,7 @@ def setup(tmp_path) -> tuple[Path, Path]:
 
 def sync(dataset: Path, repo: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "harbor_openenv.cli", "sync-tasks", str(dataset)]
+        [sys.executable, "-m", "harbor_openenv.cli.main", "sync-tasks", str(dataset)]
         + ["--repo", str(repo), *extra],
         capture_output=True,
         text=True,
@@ -193,7 +193,7 @@ def test_the_readme_lists_each_invalid_task_once(tmp_path):
     """Each problem starts with its task's id; the README's list names the id once per task."""
     from _task_helpers import make_task, write
 
-    from harbor_openenv.sync import open_dataset, summary_markdown
+    from harbor_openenv.datasets.sync import open_dataset, summary_markdown
 
     make_task(tmp_path, "good")
     write(tmp_path / "templates" / "base" / "task.toml", "[verifier]\ntimeout_sec = 60.0\n")

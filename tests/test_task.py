@@ -6,8 +6,8 @@ from pathlib import Path
 
 from _task_helpers import make_task, write
 
-from harbor_openenv.dataset import Dataset
-from harbor_openenv.task import TaskKind, strip_canary
+from harbor_openenv.tasks.dataset import Dataset
+from harbor_openenv.tasks.task import TaskKind, strip_canary
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
 

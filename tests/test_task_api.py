@@ -10,15 +10,15 @@ import httpx
 import pytest
 from conftest import FIXTURE_TASKS, ROOT, Server
 
-from harbor_openenv.dataset import Dataset
-from harbor_openenv.task_api import (
+from harbor_openenv.tasks.catalog import (
     ALL,
     TaskCatalog,
     TaskIndexError,
     UnknownSplitError,
     group_splits,
 )
-from harbor_openenv.task_config import DatasetError
+from harbor_openenv.tasks.config import DatasetError
+from harbor_openenv.tasks.dataset import Dataset
 
 ENV = "harbor_openenv"  # build_app's env_name: the routes are /harbor_openenv/splits, ...
 MULTI_STEP = ROOT / "tests" / "fixtures" / "format" / "multi-step"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harbor_openenv.task_config import DatasetError, parse_task_config
+from harbor_openenv.tasks.config import DatasetError, parse_task_config
 
 
 def test_defaults_match_harbor():

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TOKEN, Server, exec_channel_on, wait_until
 
-from harbor_openenv import driver
-from harbor_openenv.dataset import Dataset
+from harbor_openenv.client import driver
 from harbor_openenv.models import HarborObservation
-from harbor_openenv.steps import final_metrics, min_reward_failure
-from harbor_openenv.task_config import DatasetError, TaskConfig, parse_task_config, resolve_env
+from harbor_openenv.tasks.config import DatasetError, TaskConfig, parse_task_config, resolve_env
+from harbor_openenv.tasks.dataset import Dataset
+from harbor_openenv.tasks.steps import final_metrics, min_reward_failure
 
 FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
 PROJECT_LABEL = "harbor-openenv.compose-project"
@@ -362,7 +362,7 @@ def test_compose_tasks_check_and_serve_by_a_relative_path(docker_client, public_
     import sys
 
     run = subprocess.run(
-        [sys.executable, "-m", "harbor_openenv.cli", "check", "dir", "--task", "limits"]
+        [sys.executable, "-m", "harbor_openenv.cli.main", "check", "dir", "--task", "limits"]
         + ["--json", "-"],
         cwd=public_compose.parent,
         capture_output=True,
@@ -440,7 +440,7 @@ def test_compose_main_build_is_honoured(docker_client, public_compose):
 
 
 def test_build_spec_reads_mains_build_unit(tmp_path):
-    from harbor_openenv.image import BuildSpec, build_spec, environment_hash
+    from harbor_openenv.images.resolver import BuildSpec, build_spec, environment_hash
 
     plain = public_compose_task(tmp_path, "plain", LIMITS_COMPOSE)
     built = public_compose_task(tmp_path, "built", BUILD_COMPOSE, dockerfile=BUILD_DOCKERFILE)

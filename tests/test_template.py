@@ -20,7 +20,7 @@ from _template_helpers import (
     write_task,
 )
 
-from harbor_openenv.manifest import MANIFEST_NAME, verify_manifest
+from harbor_openenv.datasets.manifest import MANIFEST_NAME, verify_manifest
 
 GIT_PIN = "harbor-openenv @ git+https://example.org/you/harbor-openenv@v0.1.0#subdirectory=runtime"
 
@@ -28,7 +28,7 @@ GIT_PIN = "harbor-openenv @ git+https://example.org/you/harbor-openenv@v0.1.0#su
 @pytest.fixture(autouse=True)
 def published_runtime(tmp_path_factory, monkeypatch):
     """harbor-openenv 0.1.0 and 0.2.0 published on a local package index: the pins these tests
-    give are checked against it (harbor_openenv.pins), not against the real index."""
+    give are checked against it (harbor_openenv.cli.pins), not against the real index."""
     index = tmp_path_factory.mktemp("package-index")
     from plumbum import local  # copier runs its tasks with plumbum's copy of the environment
 
@@ -141,7 +141,7 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
     assert meta["sdk"] == "docker" and meta["app_port"] == port and meta["pinned"] is False
     assert {"openenv", "harbor"} <= set(meta["tags"])
     assert "cannot run Docker-in-Docker" in readme
-    assert "from harbor_openenv.client import HarborEnvClient" in readme
+    assert "from harbor_openenv.client.env_client import HarborEnvClient" in readme
 
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     assert answers["runtime_pin"] == pin and answers["dataset_path"] == str(weird_dataset)
@@ -456,8 +456,8 @@ def test_a_dataset_with_invalid_tasks_renders_only_when_asked(tmp_path):
     """Real datasets carry helper folders with a task.toml and no instruction.md (harbor run
     skips them): refused by default, naming them; with allow_invalid_tasks, copied byte for byte,
     listed, and refused at reset with their reasons."""
-    from harbor_openenv.dataset import Dataset
-    from harbor_openenv.task import TaskKind
+    from harbor_openenv.tasks.dataset import Dataset
+    from harbor_openenv.tasks.task import TaskKind
 
     dataset = tmp_path / "dataset"
     write_task(dataset / "good")

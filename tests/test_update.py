@@ -36,7 +36,7 @@ from conftest import (
     serve_image,
 )
 
-from harbor_openenv.launch import free_port
+from harbor_openenv.client.launch import free_port
 
 EXAMPLE = ROOT / "examples" / "dataset"
 
@@ -86,7 +86,7 @@ def user_edits(repo: Path) -> dict[str, str]:
 @pytest.fixture(autouse=True)
 def published_runtime(tmp_path_factory, monkeypatch):
     """harbor-openenv 0.1.0 and 0.2.0 published on a local package index: the pins these tests
-    give are checked against it (harbor_openenv.pins), not against the real index."""
+    give are checked against it (harbor_openenv.cli.pins), not against the real index."""
     index = tmp_path_factory.mktemp("package-index")
     from plumbum import local  # copier runs its tasks with plumbum's copy of the environment
 
@@ -98,7 +98,16 @@ def published_runtime(tmp_path_factory, monkeypatch):
 def update(repo: Path, *extra: str) -> subprocess.CompletedProcess:
     """Our tooling: copier update plus the conflict check copier leaves out."""
     return subprocess.run(
-        [sys.executable, "-m", "harbor_openenv.cli", "update", str(repo), "--vcs-ref", NEW, *extra],
+        [
+            sys.executable,
+            "-m",
+            "harbor_openenv.cli.main",
+            "update",
+            str(repo),
+            "--vcs-ref",
+            NEW,
+            *extra,
+        ],
         capture_output=True,
         text=True,
     )
@@ -293,7 +302,7 @@ def test_updated_environment_builds_and_serves_the_new_runtime(
     """The same repo before and after the update, with one task edited by hand: the old
     runtime serves the edited task; the new one refuses it because it no longer matches
     tasks.sha256 (a check added after 0.1.0)."""
-    from harbor_openenv.client import HarborEnvClient
+    from harbor_openenv.client.env_client import HarborEnvClient
 
     port = free_port()
     repo = render_old(template, tmp_path / "env", port)

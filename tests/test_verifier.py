@@ -9,9 +9,9 @@ from typing import cast
 import pytest
 from _fake_sandbox import FakeSandbox
 
-from harbor_openenv.dataset import Dataset
+from harbor_openenv.episode.verifier import Verifier, tail_of
 from harbor_openenv.sandbox import ExecResult, Sandbox, TooLargeError
-from harbor_openenv.verifier import Verifier, tail_of
+from harbor_openenv.tasks.dataset import Dataset
 
 TASKS = Path(__file__).resolve().parent / "fixtures" / "tasks"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _template_helpers import run_copier
 
-from harbor_openenv.wheels import base_image, requirements
+from harbor_openenv.images.wheels import base_image, requirements
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def env(tmp_path_factory) -> Path:
 
 def wheels(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "harbor_openenv.cli", "wheels", *args],
+        [sys.executable, "-m", "harbor_openenv.cli.main", "wheels", *args],
         capture_output=True,
         text=True,
         timeout=120,

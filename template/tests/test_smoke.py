@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_tasks_match_manifest() -> None:
-    from harbor_openenv.manifest import MANIFEST_NAME, verify_manifest
+    from harbor_openenv.datasets.manifest import MANIFEST_NAME, verify_manifest
 
     problems = verify_manifest(ROOT / MANIFEST_NAME)
     assert not problems, "tasks/ differs from tasks.sha256:\n" + "\n".join(problems)

@@ -1,6 +1,8 @@
 """Serve Harbor task directories as an OpenEnv environment.
 
-The core (``task_config``, ``task``, ``dataset``, ``reward``, ``manifest``) needs only pydantic.
+Subpackages by concept, importing downward only (``tests/test_imports.py`` holds it): ``tasks``
+(the task format) and ``datasets`` need only pydantic; ``images``, ``sandbox``, ``episode``,
+``server`` the server extra; ``client`` the client extra; ``cli`` on top.
 Server and client names load lazily: the client (``HarborEnvClient``, ``agent_tools``, the models)
 needs the ``client`` extra (``pip install 'harbor-openenv[client]'``, websockets only), the server
 the ``server`` extra.
@@ -13,10 +15,12 @@ import importlib
 from ._version import __version__
 
 _LAZY = {
-    "build_app": "app",
-    "HarborEnvClient": "client",
-    "agent_tools": "client",
-    "HarborEnvironment": "environment",
+    "build_app": "server.app",
+    "HarborEnvClient": "client.env_client",
+    "agent_tools": "client.env_client",
+    "HarborEnvironment": "server.environment",
+    "Server": "client.launch",
+    "run_episode": "client.driver",
     "HarborAction": "models",
     "HarborObservation": "models",
     "HarborState": "models",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .reward import reward_rule
+from harbor_openenv.tasks.reward import reward_rule
 
 PREFIX = "HARBOR_OPENENV_"
 LOG_FORMATS = ("text", "json")

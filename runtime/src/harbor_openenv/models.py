@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ._openenv import Action, Observation, State
 
@@ -65,29 +65,3 @@ class HarborState(State):
     evaluated: bool = False
     reward: float | None = None
     task_count: int = 0
-
-
-SplitType = Literal["train", "validation", "test"]
-
-
-class TaskSplit(BaseModel):
-    """One split of OpenEnv's Task API (``GET /{env}/splits``)."""
-
-    name: str
-    type: SplitType
-    num_tasks: int
-
-
-class TaskSpec(BaseModel):
-    """One task as OpenEnv's Task API describes it (``POST /{env}/task`` and friends)."""
-
-    id: str = Field(description="the task's path under tasks/; reset(task_id=...) takes it")
-    index: int = Field(description="its position in the split; reset(split=..., index=...)")
-    split: str
-    kind: Literal["runnable", "text-only", "invalid", "unsupported"]
-    refusal: str | None = Field(default=None, description="why reset refuses it (None: it runs)")
-    instruction: str | None = Field(default=None, description="what reset gives the agent first")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="task.toml's [metadata]")
-    agent_timeout_sec: float | None = None
-    verifier_timeout_sec: float | None = None
-    steps: int | None = Field(default=None, description="evaluate calls an episode takes")

@@ -17,10 +17,11 @@ import tarfile
 import threading
 import uuid
 from importlib import resources
+from typing import TYPE_CHECKING
 
-import docker
-import docker.errors
-from docker.types import Mount
+if TYPE_CHECKING:  # docker-py only where a volume is made: the interface needs the paths alone
+    import docker
+    from docker.types import Mount
 
 MOUNT_DIR = "/.harbor-openenv"
 HELPER = f"{MOUNT_DIR}/helper"
@@ -48,6 +49,8 @@ def binary(architecture: str) -> bytes:
 
 def mount(volume: str) -> Mount:
     """The read-only mount of a helper volume at :data:`MOUNT_DIR`."""
+    from docker.types import Mount
+
     return Mount(MOUNT_DIR, volume, type="volume", read_only=True)
 
 
@@ -68,6 +71,9 @@ class HelperVolume:
             return self._name
 
     def _create(self, client: docker.DockerClient, image: str) -> str:
+        import docker.errors
+        from docker.types import Mount
+
         data = binary(client.info().get("Architecture", ""))
         digest = hashlib.sha256(data).hexdigest()[:12]
         name = f"harbor-openenv-helper-{digest}-{uuid.uuid4().hex[:8]}"

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
-from .. import helper
-from . import archives
+from harbor_openenv import helper
+from harbor_openenv.sandbox import archives
+
 from .channel import Channel, ChannelSlot
 from .errors import SandboxError, TooLargeError
 from .files import AgentFiles, load_script

@@ -31,7 +31,8 @@ from typing import IO, Any
 
 import docker
 
-from .. import helper
+from harbor_openenv import helper
+
 from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, Stdin, keeper_command
 from .channel import Channel
 from .docker import DockerSandbox, image_config

@@ -26,7 +26,8 @@ import docker.errors
 import requests
 from docker.models.containers import Container
 
-from .. import helper
+from harbor_openenv import helper
+
 from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, Stdin, keeper_command
 from .channel import Channel
 from .errors import SandboxError

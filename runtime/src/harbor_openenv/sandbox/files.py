@@ -9,7 +9,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from importlib import resources
 
-from .. import helper
+from harbor_openenv import helper
+
 from .errors import PathEscapeError, SandboxError
 from .result import ExecResult
 

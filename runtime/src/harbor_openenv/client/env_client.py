@@ -1,0 +1,116 @@
+"""The trainer's side: a WebSocket client with one helper per action, and the agent tool schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harbor_openenv._openenv import EnvClient, StepResult
+from harbor_openenv.models import HarborAction, HarborObservation, HarborState
+
+# evaluate waits for the task's verifier: up to [verifier].timeout_sec (Harbor's default 600 s).
+DEFAULT_MESSAGE_TIMEOUT_S = 1800.0
+
+
+class HarborEnvClient(EnvClient[HarborAction, HarborObservation, HarborState]):
+    """Connects to a harbor-openenv server over ``/ws``; one client is one session.
+
+    Every method returns a ``StepResult`` when called synchronously and an awaitable inside a
+    running event loop, as OpenEnv's ``EnvClient`` does.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        orchestration_token: str | None = None,
+        message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(base_url, message_timeout_s=message_timeout_s, **kwargs)
+        self._token = orchestration_token
+
+    def exec(self, command: str, timeout_s: float | None = None) -> Any:
+        return self.step(HarborAction(action_type="exec", command=command, timeout_s=timeout_s))
+
+    def read(self, path: str) -> Any:
+        return self.step(HarborAction(action_type="read", path=path))
+
+    def write(self, path: str, content: str) -> Any:
+        return self.step(HarborAction(action_type="write", path=path, content=content))
+
+    def list(self, path: str = ".") -> Any:
+        return self.step(HarborAction(action_type="list", path=path))
+
+    def evaluate(self) -> Any:
+        """Run the task's verifier; the episode ends and the reward arrives (None if missing)."""
+        return self.step(HarborAction(action_type="evaluate", token=self._token))
+
+    def solve(self) -> Any:
+        """Run the task's oracle (solution/solve.sh)."""
+        return self.step(HarborAction(action_type="solve", token=self._token))
+
+    def _step_payload(self, action: HarborAction) -> dict[str, Any]:
+        payload: dict[str, Any] = action.model_dump(exclude_none=True, exclude={"metadata"})
+        return payload
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[HarborObservation]:
+        fields = dict(payload.get("observation", {}))
+        fields.update(reward=payload.get("reward"), done=payload.get("done", False))
+        observation = HarborObservation.model_validate(fields)
+        return StepResult(
+            observation=observation,
+            reward=observation.reward,
+            done=observation.done,
+            metadata=payload.get("metadata"),
+        )
+
+    def _parse_state(self, payload: dict[str, Any]) -> HarborState:
+        state: HarborState = HarborState.model_validate(payload)
+        return state
+
+
+def agent_tools() -> list[dict[str, Any]]:
+    """The agent's tools (exec, read, write) in the JSON-schema form LLM tool calling uses.
+
+    evaluate and solve are deliberately absent: grading and solving are the trainer's business.
+    """
+
+    def tool(
+        name: str, description: str, properties: dict[str, Any], required: list[str]
+    ) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": required,
+                    "additionalProperties": False,
+                },
+            },
+        }
+
+    path = {"type": "string", "description": "Path relative to the working directory."}
+    return [
+        tool(
+            "exec",
+            "Run a bash command in the task's working directory; returns its output and exit code.",
+            {
+                "command": {"type": "string", "description": "The bash command to run."},
+                "timeout_s": {
+                    "type": "number",
+                    "description": "Seconds before the command is killed (the server caps it).",
+                },
+            },
+            ["command"],
+        ),
+        tool("read", "Read a text file inside the working directory.", {"path": path}, ["path"]),
+        tool(
+            "write",
+            "Create or overwrite a file inside the working directory.",
+            {"path": path, "content": {"type": "string", "description": "The new content."}},
+            ["path", "content"],
+        ),
+    ]

@@ -1,0 +1,273 @@
+"""One episode: a task running in its sandbox, from a successful reset until it ends.
+
+An :class:`Episode` exists only once its environment is up, so its task and sandbox are never
+None. It holds what the episode's steps need (the resolved env tables, the current ``[[steps]]``
+entry and each finished step's result), prepares each step, grades the current one and, at its
+end, hands its sandbox back to the runtime.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from harbor_openenv.episode.record import EpisodeRecord
+from harbor_openenv.episode.runtime import Runtime
+from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier
+from harbor_openenv.models import HarborObservation
+from harbor_openenv.sandbox import Sandbox, SandboxError
+from harbor_openenv.tasks.config import StepConfig, verifier_mode
+from harbor_openenv.tasks.env_vars import Envs, resolve_envs
+from harbor_openenv.tasks.reward import VERIFIER_DIR, scalar
+from harbor_openenv.tasks.steps import final_metrics, gate
+from harbor_openenv.tasks.task import Task
+
+
+class ActionError(Exception):
+    """The action cannot run as asked: it is answered with this error and the episode goes on."""
+
+
+class Episode:
+    """A task in its sandbox, and where its ``[[steps]]`` stand."""
+
+    def __init__(self, runtime: Runtime, task: Task, sandbox: Sandbox, envs: Envs, image: str):
+        self.runtime, self.task, self.sandbox, self.envs, self.image = (
+            runtime,
+            task,
+            sandbox,
+            envs,
+            image,
+        )
+        self.step_index = 0
+        self.step_metrics: list[dict[str, float] | None] = []
+        self.step_info: list[dict[str, Any]] = []
+        self.verifier_dirs_used = False  # /tests and /logs/verifier hold the last verifier's
+        self.record: EpisodeRecord | None = None  # HARBOR_OPENENV_RECORD_DIR's trial, if on
+
+    @classmethod
+    def start(cls, runtime: Runtime, task: Task) -> Episode:
+        """Start ``task``'s environment (from the warm pool when it can), run its healthcheck and
+        prepare the first step; whatever fails ends the episode before it is returned."""
+        envs = resolve_envs(task)
+        table = task.config.environment
+        image = runtime.task_image(task)
+        sandbox = runtime.launch(
+            task,
+            image,
+            table,
+            env=envs.environment,
+            compose=task.compose_file is not None,
+            network_mode=table.network_mode,
+            pooled=True,
+        )
+        episode = cls(runtime, task, sandbox, envs, image)
+        try:
+            episode._ready()
+        except BaseException:
+            episode.end()
+            raise
+        return episode
+
+    def _ready(self) -> None:
+        config, sandbox = self.task.config, self.sandbox
+        limit = self.runtime.disk_limit(config.environment)
+        if limit:
+            self.runtime.disk.watch(sandbox, limit)
+        where = f"{self.task.id}/task.toml: [environment.healthcheck]"
+        if config.environment.healthcheck is not None:
+            sandbox.healthcheck(config.environment.healthcheck, user=None, where=where)
+        if config.steps:
+            self.prepare_step()
+        if config.steps or config.environment.healthcheck:
+            # The baseline, once: what runs now is the environment's; nothing started later
+            # (by the agent, or by a verifier running the agent's code) is ever added to it.
+            sandbox.mark_baseline()
+
+    # -- the current step ----------------------------------------------------------------------
+
+    @property
+    def step(self) -> StepConfig | None:
+        steps = self.task.config.steps
+        return steps[self.step_index] if steps else None
+
+    @property
+    def instruction(self) -> str:
+        step = self.step
+        return self.task.step_instruction(step) if step else self.task.instruction
+
+    @property
+    def agent_user(self) -> str | None:
+        """Who the agent's actions run as (None: the container's own user)."""
+        step = self.step
+        user = step.agent.user if step is not None else None
+        if user is None:
+            user = self.task.config.agent.user
+        return None if user is None else str(user)
+
+    @property
+    def agent_timeout(self) -> float | None:
+        step = self.step
+        if step is not None and step.agent.timeout_sec is not None:
+            return step.agent.timeout_sec
+        return self.task.config.agent.timeout_sec
+
+    def step_fields(self) -> dict[str, Any]:
+        """The current step's timeouts and, in a multi-step task, its name and place."""
+        config, step = self.task.config, self.step
+        fields: dict[str, Any] = {
+            "agent_timeout_sec": self.agent_timeout,
+            "verifier_timeout_sec": (step.verifier if step else config.verifier).timeout_sec,
+        }
+        if step is not None:
+            fields["step"] = {
+                "name": step.name,
+                "index": self.step_index,
+                "count": len(config.steps or []),
+            }
+        return fields
+
+    def prepare_step(self) -> None:
+        """After a step: stop what its verifier left running and clear its /tests and
+        /logs/verifier. Then reset /logs/agent, upload ``steps/<name>/workdir/`` into the workdir,
+        run its setup.sh and the step's healthcheck. Processes setup.sh starts after the first
+        step are not the environment's: the step's evaluate stops them like the agent's."""
+        sandbox, step = self.sandbox, self.step
+        assert step is not None
+        if self.step_index > 0 and self.verifier_dirs_used:
+            sandbox.stop_processes(prepare=("", VERIFIER_DIR, TESTS_DIR, "stage"))
+        script = "rm -rf -- /logs/agent && mkdir -p /logs/agent && chmod 777 /logs/agent"
+        cleared = sandbox.exec_root(script)
+        if cleared.exit_code != 0:
+            raise SandboxError(f"cannot clear the last step's outputs: {cleared.output.strip()}")
+        self.verifier_dirs_used = False
+        folder = self.task.step_workdir(step)
+        if folder.is_dir():
+            sandbox.put_dir(folder, sandbox.workdir, replace=False)
+        if (folder / "setup.sh").is_file():
+            run = sandbox.exec(
+                f"bash {sandbox.workdir.rstrip('/')}/setup.sh",
+                timeout_s=self.runtime.settings.solve_timeout_s,
+                max_output=TAIL,
+                user=self.agent_user,
+            )
+            if run.exit_code != 0:
+                raise SandboxError(
+                    f"{self.task.where(folder)}/setup.sh exited with code"
+                    f" {run.exit_code}: {run.output.strip()[-2000:]}"
+                )
+        where = f"{self.task.id}/task.toml: [[steps]] {step.name} healthcheck"
+        if step.healthcheck is not None:
+            sandbox.healthcheck(step.healthcheck, user=self.agent_user, where=where)
+
+    # -- grading -------------------------------------------------------------------------------
+
+    def evaluate(self) -> HarborObservation:
+        """Run the current step's verifier (in this sandbox, or a separate verifier in its own);
+        then move on to the next step (done=False) or end with the episode's reward (done)."""
+        task, step = self.task, self.step
+        key = step.name if step else None
+        settings = self.runtime.settings
+        verifier = Verifier(
+            task,
+            step,
+            self.envs.verifier.get(key, {}),
+            settings.max_reward_bytes,
+            settings.reward_key,
+        )
+        if verifier_mode(task.config, step) == "separate":
+            env = self.envs.verifier_container.get(key, {})
+            verdict = verifier.verify_separately(
+                self.sandbox,
+                functools.partial(self.runtime.verifier_sandbox, task, step, env),
+                last=step is None or self.step_index + 1 == len(task.config.steps or []),
+                max_artifact_bytes=settings.max_artifact_bytes,
+            )
+        else:
+            self.verifier_dirs_used = True
+            verdict = verifier.verify(self.sandbox)
+        info: dict[str, Any] = {
+            "metrics": verdict.reward.metrics,
+            "reward_details": verdict.reward.details,
+            "verifier_timed_out": verdict.timed_out,
+        }
+        if self.sandbox.exceeded:  # the disk guard stopped the verifier: its files prove nothing
+            return self._done(None, self.sandbox.exceeded, verdict.stdout, info)
+        if step is None:
+            return self._done(verdict.value, verdict.error, verdict.stdout, info)
+        return self._finish_step(step, verdict, info)
+
+    def _finish_step(
+        self, step: StepConfig, verdict: Verdict, info: dict[str, Any]
+    ) -> HarborObservation:
+        """Record the step's result; advance (done=False, the next instruction) or end."""
+        config = self.task.config
+        if self.record is not None:
+            self.record.verified(
+                step.name, verdict.value, verdict.metrics or {}, verdict.stdout, verdict.error
+            )
+        self.step_metrics.append(verdict.metrics)
+        self.step_info.append(
+            {"name": step.name, "reward": verdict.value, **info, "error": verdict.error}
+        )
+        stop = gate(step, verdict.metrics, verdict.error)
+        if stop is None and self.step_index + 1 < len(config.steps or []):
+            self.step_index += 1
+            try:
+                self.prepare_step()
+            except SandboxError as exc:
+                stop = str(exc)
+            else:
+                # The episode's reward arrives once, when it ends (by the task's strategy); the
+                # step's own reward is in info["steps"], so a trainer never counts it twice.
+                return self.observe(
+                    "evaluate",
+                    reward=None,
+                    done=False,
+                    error=verdict.error,
+                    output=verdict.stdout,
+                    instruction=self.instruction,
+                    info={**info, **self.step_fields(), "steps": self.step_info},
+                )
+        metrics = final_metrics(self.step_metrics, config.multi_step_reward_strategy)
+        final, error = (
+            scalar(metrics, self.runtime.settings.reward_key)
+            if metrics
+            else (None, "no step has a verifier result")
+        )
+        return self._done(
+            final,
+            "; ".join(part for part in (stop, error) if part) or None,
+            verdict.stdout,
+            {
+                **info,
+                "steps": self.step_info,
+                "final_metrics": metrics,
+                "reward_strategy": config.multi_step_reward_strategy or "mean",
+            },
+        )
+
+    def _done(
+        self, reward: float | None, error: str | None, output: str, info: dict[str, Any]
+    ) -> HarborObservation:
+        return self.observe(
+            "evaluate", reward=reward, done=True, error=error, output=output, info=info
+        )
+
+    # -- answers and the end -------------------------------------------------------------------
+
+    def observe(self, action_type: str, **fields: Any) -> HarborObservation:
+        """An observation of this episode's task and workdir."""
+        return HarborObservation(
+            action_type=action_type,
+            task_id=self.task.id,
+            workdir=self.sandbox.workdir,
+            **fields,
+        )
+
+    def end(self) -> None:
+        """Stop watching the sandbox and remove it in the background; the warm pool counts the
+        episode until it is gone."""
+        if self.record is not None:
+            self.record.finish()
+        self.runtime.disk.forget(self.sandbox)
+        self.runtime.discard(self.sandbox, self.runtime.pool.ending())

@@ -1,0 +1,346 @@
+"""What every session of one server shares: the dataset, the engine, images, the warm pool.
+
+:class:`Runtime` also starts task environments (one container, or a compose project around
+``main``); episodes and verifiers ask it for them and never touch the engine themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from harbor_openenv.config import Settings
+from harbor_openenv.datasets.manifest import MANIFEST_NAME, verify_manifest
+from harbor_openenv.episode.disk import DiskGuard
+from harbor_openenv.episode.metrics import Metrics, Snapshot
+from harbor_openenv.episode.pool import ContainerPool, ContainerSpec
+from harbor_openenv.episode.record import Recorder
+from harbor_openenv.helper import HelperError, HelperVolume
+from harbor_openenv.images.lock import LOCK_NAME, LockedImage, read_lock, stale_pin
+from harbor_openenv.images.resolver import ImageError, ImageResolver, verifier_source
+from harbor_openenv.sandbox import (
+    LABEL,
+    LABEL_OWNER,
+    ComposeSandbox,
+    Sandbox,
+    SandboxError,
+    engine,
+    remove_containers,
+    server_identity,
+)
+from harbor_openenv.tasks.catalog import TaskCatalog
+from harbor_openenv.tasks.config import EnvironmentConfig, StepConfig, verifier_environment
+from harbor_openenv.tasks.dataset import Dataset
+from harbor_openenv.tasks.env_vars import resolve_envs
+from harbor_openenv.tasks.task import Task
+
+log = logging.getLogger("harbor_openenv")
+_REMOVERS = 4  # threads removing ended episodes' containers
+
+
+class Runtime:
+    """What every session of one server shares: the dataset, the engine, the image cache, the
+    warm pool (whose idle containers and the running episodes stay within ``max_sessions``)."""
+
+    def __init__(
+        self,
+        tasks_root: Path,
+        settings: Settings | None = None,
+        *,
+        max_sessions: int | None = None,
+    ) -> None:
+        self.dataset = Dataset(tasks_root)
+        self.catalog = TaskCatalog(self.dataset)  # Task API: splits and task specs, built once
+        self.settings = settings or Settings()
+        self.recorder = Recorder.from_settings(self.settings)  # None unless RECORD_DIR is set
+        # images.lock beside the tasks folder, where tasks.sha256 is: the tasks it pins start
+        # from their pushed image, pulled by digest, never built. A malformed lock stops start-up.
+        lock = self.dataset.root.parent / LOCK_NAME
+        self.locked: dict[str, LockedImage] = read_lock(lock) if lock.is_file() else {}
+        self._stale: dict[str, str | None] = {}  # per pinned task, checked once
+        max_sessions = max_sessions or self.settings.max_sessions
+        self.owner = server_identity()
+        self._docker: docker.DockerClient | None = None
+        self._resolver: ImageResolver | None = None
+        self._lock = threading.Lock()
+        self._checked: set[str] = set()
+        self.pool = ContainerPool(
+            lambda: self.docker, owner=self.owner, size=self.settings.pool_size, limit=max_sessions
+        )
+        self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
+        self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: self.owner})
+        self.disk = DiskGuard(self.settings.disk_check_s)
+        self._sessions = 0  # open WebSocket sessions (app.SessionCount keeps it)
+        self._unreset = 0  # of those, the ones that have not sent a reset yet
+        self.draining = threading.Event()  # set by SIGTERM's drain: no new session or episode
+        self.metrics = Metrics(self.snapshot)
+
+    # -- sessions, readiness, drain ------------------------------------------------------------
+
+    def session_opened(self) -> None:
+        with self._lock:
+            self._sessions += 1
+
+    def session_closed(self) -> None:
+        with self._lock:
+            self._sessions -= 1
+
+    def session_unreset(self, change: int) -> None:
+        """A session opened without a reset yet (+1), or sent its first or closed without (-1)."""
+        with self._lock:
+            self._unreset += change
+
+    def snapshot(self, *, containers: bool = True) -> Snapshot:
+        """Sessions, episodes, capacity and the pool now; ``containers``: ask the engine for this
+        server's running containers (only once connected; None when it cannot answer)."""
+        with self._lock:
+            sessions, unreset, client = self._sessions, self._unreset, self._docker
+        running: int | None = None
+        if containers and client is not None:
+            try:
+                filters: dict[str, str | list[str] | bool] = {
+                    "label": f"{LABEL_OWNER}={self.owner}",
+                    "status": "running",
+                }
+                running = len(client.containers.list(filters=filters, ignore_removed=True))
+            except Exception as exc:  # the engine may be down: the gauge is left out
+                log.debug("metrics: cannot list containers: %s", exc)
+        elif containers:
+            running = 0  # never connected: this server has started nothing
+        return Snapshot(
+            sessions=sessions,
+            unreset=unreset,
+            episodes=self.pool.active,
+            capacity=self.pool.limit,
+            draining=self.draining.is_set(),
+            pool_idle=self.pool.idle,
+            containers=running,
+        )
+
+    def not_ready(self) -> str | None:
+        """Why this replica cannot take a new session now (``/ready``'s 503), or None."""
+        now = self.snapshot(containers=False)
+        if now.draining:
+            return "draining: the server is stopping and takes no new session"
+        if now.busy >= now.capacity:
+            return (
+                f"full: {now.busy} of {now.capacity} session slots in use"
+                f" ({now.sessions} sessions, {now.unreset} of them never reset,"
+                f" {now.episodes} episodes; HARBOR_OPENENV_MAX_SESSIONS)"
+            )
+        return None
+
+    def drain(self, timeout_s: float) -> bool:
+        """Take no new session or episode from now on, and wait at most ``timeout_s`` for the
+        running episodes to end; whether they all did."""
+        self.draining.set()
+        return self.pool.wait_idle(timeout_s)
+
+    @property
+    def docker(self) -> docker.DockerClient:
+        """The engine client, connected on first use so /health never touches Docker."""
+        with self._lock:
+            if self._docker is None:
+                try:
+                    # Each session's thread, the warm pool and the disk guard share it.
+                    client = engine.connect(concurrency=self.pool.limit + 8)
+                except docker.errors.DockerException as exc:
+                    raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
+                self._docker = client
+                self._resolver = ImageResolver(client, build_network=self.settings.build_network)
+            return self._docker
+
+    @property
+    def images(self) -> ImageResolver:
+        self.docker  # noqa: B018 - connects and creates the resolver
+        assert self._resolver is not None
+        return self._resolver
+
+    def task_image(self, task: Task) -> str:
+        """The local image ``task``'s episodes start from: the one images.lock pins (pulled by
+        digest if the engine lacks it, never built), else the task's own (pulled or built)."""
+        locked = self.locked.get(task.id)
+        if locked is None:
+            return self.images.resolve(task)
+        if task.id not in self._stale:
+            self._stale[task.id] = stale_pin(task, locked)
+        stale = self._stale[task.id]
+        if stale:
+            raise ImageError(stale)
+        try:
+            return self.images.use(task, locked.image)
+        except ImageError as exc:
+            raise ImageError(
+                f"{exc} (the image {LOCK_NAME} pins for task {task.id}: push it again with"
+                " `harbor-openenv images push`, or log the engine in to its registry)"
+            ) from None
+
+    def helper_volume(self, image: str) -> str:
+        """The server's volume holding the in-container helper (made on first use)."""
+        try:
+            return self._helper.ensure(self.docker, image)
+        except HelperError as exc:
+            raise SandboxError(str(exc)) from None
+
+    def spec(
+        self, image: str, table: EnvironmentConfig, env: dict[str, str], network_mode: str
+    ) -> ContainerSpec:
+        """How reset starts a task's container: everything but the task's label."""
+        settings = self.settings
+        return ContainerSpec(
+            image,
+            workdir=table.workdir,
+            cpus=table.cpus or settings.default_cpus,
+            memory_mb=table.memory_mb or settings.default_memory_mb,
+            network="none" if network_mode == "no-network" else None,
+            env=tuple(sorted(env.items())),
+            pids_limit=settings.pids_limit,
+            helper_volume=self.helper_volume(image),
+            storage_mb=self.disk_limit(table),
+        )
+
+    def disk_limit(self, table: EnvironmentConfig) -> int | None:
+        """An environment's disk limit in MB: its storage_mb, else the server's (None: none)."""
+        return table.storage_mb or self.settings.disk_mb or None
+
+    def launch(
+        self,
+        task: Task,
+        image: str,
+        table: EnvironmentConfig,
+        *,
+        env: dict[str, str],
+        compose: bool,
+        network_mode: str,
+        pooled: bool = False,
+    ) -> Sandbox:
+        """Start a task environment: one container, or the compose project around ``main``.
+
+        ``pooled``: an episode's own environment, which counts against the warm pool's limit
+        until the pool is told it ended; a container (not a compose project) then comes from the
+        pool if one is ready.
+        """
+        spec = self.spec(image, table, env, network_mode)
+        if not compose:
+            start = functools.partial(spec.start, self.docker, owner=self.owner, task_id=task.id)
+            return self.pool.acquire(spec, start) if pooled else start()
+        assert task.compose_file is not None
+        start_project = functools.partial(
+            ComposeSandbox.start_project,
+            self.docker,
+            image,
+            compose_file=task.compose_file,
+            no_network=network_mode == "no-network",
+            compose_env=env,
+            timeout_s=table.build_timeout_sec,
+            task_id=task.id,
+            owner=self.owner,
+            workdir=spec.workdir,
+            cpus=spec.cpus,
+            memory_mb=spec.memory_mb,
+            env=env,
+            pids_limit=spec.pids_limit,
+            helper_volume=spec.helper_volume,
+            build_network=self.settings.build_network,
+            prebuilt=image if task.image is not None and task.image.kind != "dockerfile" else None,
+        )
+        return self.pool.acquire(None, start_project) if pooled else start_project()
+
+    def verifier_sandbox(self, task: Task, step: StepConfig | None, env: dict[str, str]) -> Sandbox:
+        """Start a separate verifier's environment, on the image Harbor would choose (the one
+        images.lock pins for it, pulled by digest, when there is one)."""
+        folder, ref = task.verifier_image_dir(step), task.verifier_image_ref(step)
+        source = verifier_source(task, step)
+        locked = self.locked.get(task.id)
+        pinned = locked.verifiers.get(source) if locked is not None and source else None
+        try:
+            if pinned:
+                image = self.images.use(task, pinned)
+            elif ref:
+                image = self.images.use(task, ref)
+            elif folder:
+                image = self.images.build(task, folder)
+            else:
+                image = self.task_image(task)
+        except ImageError as exc:
+            raise SandboxError(f"the separate verifier's image: {exc}") from None
+        config = task.config
+        table = verifier_environment(config, step)
+        phase = (step.verifier.network_mode if step else None) or config.verifier.network_mode
+        return self.launch(
+            task,
+            image,
+            table,
+            env=env,
+            compose=not (ref or folder) and task.compose_file is not None,
+            network_mode=phase or table.network_mode,
+        )
+
+    def check_files(self, task: Task) -> str | None:
+        """Why the task's files differ from the tasks.sha256 beside the tasks folder, if they do.
+
+        Each task is checked once per server, on its first reset; without a manifest, never.
+        """
+        manifest = self.dataset.root.parent / MANIFEST_NAME
+        if task.id in self._checked or not manifest.is_file():
+            return None
+        problems = verify_manifest(manifest, under=f"{self.dataset.root.name}/{task.id}")
+        if problems:
+            shown = "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else "")
+            return f"{task.id}: the task's files do not match {MANIFEST_NAME}: {shown}"
+        self._checked.add(task.id)
+        return None
+
+    def remove_orphans(self) -> int:
+        """Remove containers left behind by servers that are no longer running."""
+        return remove_containers(self.docker)
+
+    def prewarm(self) -> None:
+        """Start filling the warm pool for the default task, if the pool is on and can serve it."""
+        ids = self.dataset.ids
+        if self.settings.pool_size <= 0 or not ids:
+            return
+        task = self.dataset[self.settings.default_task or ids[0]]
+        if task.refusal or task.compose_file is not None or self.check_files(task):
+            return
+        table = task.config.environment
+        env = resolve_envs(task).environment
+        image = self.task_image(task)
+        self.pool.want(self.spec(image, table, env, table.network_mode))
+
+    def discard(self, sandbox: Sandbox, then: Callable[[], None]) -> None:
+        """Remove an ended episode's container in the background, so the step that ended the
+        episode answers first; ``then`` runs once it is gone. Shutdown waits for every removal."""
+
+        def remove() -> None:
+            try:
+                sandbox.remove()
+            except Exception as exc:  # the owner sweep at shutdown or restart tries again
+                log.warning("removing %s failed: %s", sandbox.name, exc)
+            finally:
+                then()
+
+        try:
+            self._removals.submit(remove)
+        except RuntimeError:  # shutting down: no new background work
+            remove()
+
+    def shutdown(self) -> int:
+        """Finish pending removals, empty the warm pool and remove every container this server
+        started."""
+        self._removals.shutdown(wait=True)
+        if self.recorder is not None:
+            self.recorder.close()
+        self.metrics.close()
+        self.disk.close()
+        self.pool.close()
+        if self._docker is None:
+            return 0
+        return remove_containers(self._docker, owner=self.owner)

@@ -1,0 +1,171 @@
+"""Grading, as Harbor's ``verifier/verifier.py`` does it, written against the sandbox's methods.
+
+Stop every process the agent started, stage tests/ (then ``steps/<name>/tests/``) to /tests
+unless the verifier's image brings them, run test.sh as the verifier's user with its output in
+/logs/verifier, and read the reward files and the output's tail through the engine (one read of
+/logs/verifier), never through the container's programs. A separate verifier
+(``[verifier].environment``) grades in its own environment, with the agent's artifacts copied
+over.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harbor_openenv.episode import artifacts
+from harbor_openenv.sandbox import EngineRead, Sandbox, TooLargeError
+from harbor_openenv.tasks.config import StepConfig, artifact_entries
+from harbor_openenv.tasks.reward import (
+    REWARD_DETAILS,
+    REWARD_FILES,
+    VERIFIER_DIR,
+    Reward,
+    parse_reward,
+)
+from harbor_openenv.tasks.task import Task
+
+TAIL = 8192  # bytes of a log an observation carries
+TESTS_DIR = "/tests"
+_TEST_STDOUT = "test-stdout.txt"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One verifier run: its reward, the tail of test-stdout.txt, whether it timed out."""
+
+    reward: Reward
+    stdout: str
+    timed_out: bool
+    timeout: float
+
+    @property
+    def error(self) -> str | None:
+        if self.timed_out:
+            return f"the verifier timed out after {self.timeout:g} s ([verifier].timeout_sec)"
+        return self.reward.error
+
+    @property
+    def metrics(self) -> dict[str, float] | None:
+        """The verifier's result as Harbor counts it (None: there is none)."""
+        return None if self.timed_out or not self.reward.metrics else self.reward.metrics
+
+    @property
+    def value(self) -> float | None:
+        """The scalar reward (None after a timeout, whatever the files say)."""
+        return None if self.timed_out else self.reward.value
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """The verifier of a task, or of one of its ``[[steps]]``."""
+
+    task: Task
+    step: StepConfig | None
+    env: dict[str, str]  # its resolved [verifier].env
+    max_reward_bytes: int
+    reward_key: str | None = None  # the server's reward rule (Settings.reward_key)
+
+    @property
+    def bundled(self) -> bool:
+        """Whether the separate verifier's own image brings /tests."""
+        task, step = self.task, self.step
+        return bool(task.verifier_image_ref(step) or task.verifier_image_dir(step))
+
+    def verify(self, sandbox: Sandbox, *, bundled: bool = False) -> Verdict:
+        """Stop every process the agent (or an earlier verifier) started and hand a fresh
+        /logs/verifier to the verifier's user, with the runtime's helper; stage the tests unless
+        ``bundled`` (while the engine starts the shell that then runs test.sh); run test.sh; read
+        the reward files and the output's tail through the engine, in one read of the folder."""
+        task, step = self.task, self.step
+        folders = [] if bundled else [task.tests_dir()]
+        if step is not None and not bundled:
+            folders.append(task.tests_dir(step))
+        present = [folder for folder in folders if folder.is_dir()]
+        table = step.verifier if step else task.config.verifier
+        user = table.user if table.user is not None else task.config.verifier.user
+        owner = sandbox.default_user if user is None else str(user)
+        sandbox.stop_processes(
+            prepare=(owner, VERIFIER_DIR, TESTS_DIR, "stage" if present else "keep")
+        )
+
+        def stage() -> None:
+            for folder in present:
+                sandbox.put_dir(folder, TESTS_DIR, prepared=True, executable="test.sh")
+
+        run = sandbox.exec(
+            f"(/tests/test.sh) > {VERIFIER_DIR}/{_TEST_STDOUT} 2>&1",
+            timeout_s=table.timeout_sec,
+            max_output=TAIL,
+            user=None if user is None else str(user),
+            env=self.env,
+            after=stage if present else None,  # staged while the engine starts the shell
+        )
+        found = sandbox.read_engine_files(
+            VERIFIER_DIR,
+            {**dict.fromkeys(REWARD_FILES, self.max_reward_bytes), _TEST_STDOUT: TAIL},
+            tails=(_TEST_STDOUT,),
+        )
+        stdout = log_text(found[_TEST_STDOUT])
+        if run.timed_out:
+            return Verdict(parse_reward({}), stdout, True, table.timeout_sec)
+        reward = parse_reward(_reward_files(found), self.reward_key)
+        return Verdict(reward, stdout, False, table.timeout_sec)
+
+    def verify_separately(
+        self,
+        agent: Sandbox,
+        start: Callable[[], Sandbox],
+        *,
+        last: bool,
+        max_artifact_bytes: int,
+    ) -> Verdict:
+        """Stop the agent, copy its artifacts out, remove its environment when this is the
+        ``last`` grading of the episode, start the verifier's own environment with ``start``,
+        restore the artifacts there and verify."""
+        agent.stop_processes()
+        entries = artifact_entries(self.task.config, self.step)
+        collected = artifacts.collect(agent, entries, limit=max_artifact_bytes)
+        try:
+            if last:
+                agent.remove()
+            sandbox = start()
+            try:
+                artifacts.restore(sandbox, collected)
+                return self.verify(sandbox, bundled=self.bundled)
+            finally:
+                sandbox.remove()
+        finally:
+            artifacts.close(collected)
+
+
+def _reward_files(found: dict[str, EngineRead]) -> dict[str, bytes]:
+    """The reward files that exist, by name; an oversized reward raises, oversized details are
+    passed on as a note."""
+    files: dict[str, bytes] = {}
+    for name in REWARD_FILES:
+        try:
+            data = found[name].get()
+        except TooLargeError as exc:
+            if name != REWARD_DETAILS:
+                raise TooLargeError(f"{exc} (HARBOR_OPENENV_MAX_REWARD_BYTES)") from None
+            data = json.dumps({"unread": str(exc)}).encode()
+        if data is not None:
+            files[name] = data
+    return files
+
+
+def tail_of(sandbox: Sandbox, path: str) -> str:
+    """The last :data:`TAIL` bytes of a log file, read through the engine ("" when absent)."""
+    return log_text(
+        EngineRead.attempt(functools.partial(sandbox.read_engine_file, path, limit=TAIL, tail=True))
+    )
+
+
+def log_text(read: EngineRead) -> str:
+    """A log's tail as text: "" when absent, why it could not be read in parentheses."""
+    if read.error is not None:
+        return f"({read.error})"
+    return (read.data or b"").decode("utf-8", errors="replace")

@@ -1,0 +1,1 @@
+"""Task images: resolve, pull or build; the images lock; wheels for offline builds."""

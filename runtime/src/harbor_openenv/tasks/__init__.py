@@ -1,0 +1,3 @@
+"""The task format: task.toml, task folders, datasets of them, rewards, steps and Harbor's rules
+(pydantic only).
+"""
