@@ -393,7 +393,7 @@ def test_serve_refuses_a_token_on_the_command_line_and_says_why():
 
 
 def test_serve_reads_the_token_from_a_file_and_keeps_it_out_of_ps(docker_client, tmp_path):
-    from harbor_openenv.client.env_client import HarborEnvClient
+    from harbor_openenv.client import HarborEnvClient
 
     token = "file-token-" + os.urandom(8).hex()
     (tmp_path / "token").write_text(f"{token}\n")

@@ -76,7 +76,7 @@ def env_server(docker_client, env_image, rendered_env):
 
 
 def test_rendered_image_serves_the_example_over_websocket(env_server, docker_client):
-    from harbor_openenv.client.env_client import HarborEnvClient
+    from harbor_openenv.client import HarborEnvClient
 
     url, server = env_server
     server_id = f"c-{server.id[:12]}:"  # the owner label of a server running in a container
@@ -113,7 +113,7 @@ def test_rendered_image_serves_the_example_over_websocket(env_server, docker_cli
 
 
 def test_rendered_image_refuses_the_text_only_task(env_server):
-    from harbor_openenv.client.env_client import HarborEnvClient
+    from harbor_openenv.client import HarborEnvClient
 
     url, _ = env_server
     with HarborEnvClient(url, orchestration_token=TOKEN) as env:
@@ -151,7 +151,7 @@ def test_ignored_lookalikes_in_tasks_survive_git_and_the_image(
     task (it checks tasks.sha256 first) and the task's own build and verifier find them."""
     from _template_helpers import commit_all, git, run_copier, write_task
 
-    from harbor_openenv.client.env_client import HarborEnvClient
+    from harbor_openenv.client import HarborEnvClient
 
     dataset = tmp_path / "dataset"
     task = write_task(dataset / "keeps-ignored")

@@ -13,7 +13,7 @@ import pytest
 from conftest import FIXTURE_TASKS, Server, wait_until
 
 from harbor_openenv import events
-from harbor_openenv.client.env_client import HarborEnvClient
+from harbor_openenv.client import HarborEnvClient
 
 pytestmark = pytest.mark.docker
 

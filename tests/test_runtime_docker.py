@@ -186,7 +186,7 @@ def test_huge_output_is_capped(server):
 
 
 def test_orchestration_needs_the_token(server):
-    from harbor_openenv.client.env_client import HarborEnvClient
+    from harbor_openenv.client import HarborEnvClient
 
     with HarborEnvClient(server.url) as env:  # no token
         env.reset(task_id="edit-file")

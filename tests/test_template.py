@@ -141,7 +141,7 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
     assert meta["sdk"] == "docker" and meta["app_port"] == port and meta["pinned"] is False
     assert {"openenv", "harbor"} <= set(meta["tags"])
     assert "cannot run Docker-in-Docker" in readme
-    assert "from harbor_openenv.client.env_client import HarborEnvClient" in readme
+    assert "from harbor_openenv.client import HarborEnvClient" in readme
 
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     assert answers["runtime_pin"] == pin and answers["dataset_path"] == str(weird_dataset)

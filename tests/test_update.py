@@ -302,7 +302,7 @@ def test_updated_environment_builds_and_serves_the_new_runtime(
     """The same repo before and after the update, with one task edited by hand: the old
     runtime serves the edited task; the new one refuses it because it no longer matches
     tasks.sha256 (a check added after 0.1.0)."""
-    from harbor_openenv.client.env_client import HarborEnvClient
+    from harbor_openenv.client import HarborEnvClient
 
     port = free_port()
     repo = render_old(template, tmp_path / "env", port)
