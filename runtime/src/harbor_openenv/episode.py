@@ -12,6 +12,7 @@ import functools
 from typing import Any
 
 from .envs import Envs, resolve_envs
+from .helper import contract
 from .models import HarborObservation
 from .record import EpisodeRecord
 from .reward import VERIFIER_DIR, scalar
@@ -134,7 +135,7 @@ class Episode:
         sandbox, step = self.sandbox, self.step
         assert step is not None
         if self.step_index > 0 and self.verifier_dirs_used:
-            sandbox.stop_processes(prepare=("", VERIFIER_DIR, TESTS_DIR, "stage"))
+            sandbox.stop_processes(prepare=("", VERIFIER_DIR, TESTS_DIR, contract.PREPARE_STAGE))
         script = "rm -rf -- /logs/agent && mkdir -p /logs/agent && chmod 777 /logs/agent"
         cleared = sandbox.exec_root(script)
         if cleared.exit_code != 0:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import artifacts
+from .helper import contract
 from .reward import REWARD_DETAILS, REWARD_FILES, VERIFIER_DIR, Reward, parse_reward
 from .sandbox import EngineRead, Sandbox, TooLargeError
 from .task import Task
@@ -82,7 +83,12 @@ class Verifier:
         user = table.user if table.user is not None else task.config.verifier.user
         owner = sandbox.default_user if user is None else str(user)
         sandbox.stop_processes(
-            prepare=(owner, VERIFIER_DIR, TESTS_DIR, "stage" if present else "keep")
+            prepare=(
+                owner,
+                VERIFIER_DIR,
+                TESTS_DIR,
+                contract.PREPARE_STAGE if present else contract.PREPARE_KEEP,
+            )
         )
 
         def stage() -> None:

@@ -27,6 +27,7 @@ import requests
 from docker.models.containers import Container
 
 from .. import helper
+from ..helper import contract
 from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, Stdin, keeper_command
 from .channel import Channel
 from .errors import SandboxError
@@ -188,7 +189,7 @@ class DockerSandbox(Sandbox):
         try:
             exec_id = api.exec_create(
                 self.container.id,
-                [helper.HELPER, "serve"],
+                [helper.HELPER, contract.COMMAND_SERVE],
                 user=user or self.default_user,
                 stdin=True,
                 workdir="/",
