@@ -14,6 +14,7 @@ from typing import Any
 from harbor_openenv.episode.record import EpisodeRecord
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier
+from harbor_openenv.helper import contract
 from harbor_openenv.models import HarborObservation
 from harbor_openenv.sandbox import Sandbox, SandboxError
 from harbor_openenv.tasks.config import StepConfig, verifier_mode
@@ -134,7 +135,7 @@ class Episode:
         sandbox, step = self.sandbox, self.step
         assert step is not None
         if self.step_index > 0 and self.verifier_dirs_used:
-            sandbox.stop_processes(prepare=("", VERIFIER_DIR, TESTS_DIR, "stage"))
+            sandbox.stop_processes(prepare=("", VERIFIER_DIR, TESTS_DIR, contract.PREPARE_STAGE))
         script = "rm -rf -- /logs/agent && mkdir -p /logs/agent && chmod 777 /logs/agent"
         cleared = sandbox.exec_root(script)
         if cleared.exit_code != 0:

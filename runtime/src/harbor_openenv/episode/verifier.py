@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harbor_openenv.episode import artifacts
+from harbor_openenv.helper import contract
 from harbor_openenv.sandbox import EngineRead, Sandbox, TooLargeError
 from harbor_openenv.tasks.config import StepConfig, artifact_entries
 from harbor_openenv.tasks.reward import (
@@ -88,7 +89,12 @@ class Verifier:
         user = table.user if table.user is not None else task.config.verifier.user
         owner = sandbox.default_user if user is None else str(user)
         sandbox.stop_processes(
-            prepare=(owner, VERIFIER_DIR, TESTS_DIR, "stage" if present else "keep")
+            prepare=(
+                owner,
+                VERIFIER_DIR,
+                TESTS_DIR,
+                contract.PREPARE_STAGE if present else contract.PREPARE_KEEP,
+            )
         )
 
         def stage() -> None:

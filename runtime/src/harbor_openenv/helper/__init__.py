@@ -1,12 +1,16 @@
 """The runtime's static helper, mounted read-only into every task container.
 
-``helper.c`` (built static for each architecture by the package's build hook) stops the agent's
-processes and prepares the verifier's folders: the work whose honesty decides a reward, so it
-must not run on anything an agent with root could have changed (a replaced ``sh`` or ``kill``, an
+The helper (the C files of this folder, one per subcommand, built static for each architecture
+by the package's build hook; ``main.c`` tells which does what) stops the agent's processes and
+prepares the verifier's folders: the work whose honesty decides a reward, so it must not run
+on anything an agent with root could have changed (a replaced ``sh`` or ``kill``, an
 ``/etc/ld.so.preload`` hook). A static binary reads no preload file and no shared library, and a
 read-only volume mount cannot be written, remounted or unmounted without ``CAP_SYS_ADMIN``, which
 Docker does not grant. Each server keeps its own volume, labelled with its owner, so shutdown and
 the sweep of dead servers' leftovers remove it like their containers.
+
+What the helper and this package must agree on (exit codes, limits, flags, request words, where
+it is mounted) is ``contract.h``, which :mod:`.contract` reads.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ if TYPE_CHECKING:  # docker-py only where a volume is made: the interface needs 
     import docker
     from docker.types import Mount
 
-MOUNT_DIR = "/.harbor-openenv"
-HELPER = f"{MOUNT_DIR}/helper"
+from . import contract
+
+MOUNT_DIR = contract.MOUNT_DIR
+HELPER = f"{MOUNT_DIR}/{contract.HELPER_NAME}"
 _ARCHITECTURES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
@@ -43,7 +49,7 @@ def binary(architecture: str) -> bytes:
     except FileNotFoundError:
         raise HelperError(
             f"the runtime's helper for {arch} is missing ({path}): install harbor-openenv from a"
-            " wheel, or reinstall it from source so its build hook compiles helper.c"
+            " wheel, or reinstall it from source so its build hook compiles the helper"
         ) from None
 
 
@@ -77,7 +83,7 @@ class HelperVolume:
         data = binary(client.info().get("Architecture", ""))
         digest = hashlib.sha256(data).hexdigest()[:12]
         name = f"harbor-openenv-helper-{digest}-{uuid.uuid4().hex[:8]}"
-        info = tarfile.TarInfo("helper")
+        info = tarfile.TarInfo(contract.HELPER_NAME)
         info.size, info.mode = len(data), 0o555
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:

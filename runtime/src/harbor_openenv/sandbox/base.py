@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from harbor_openenv import helper
+from harbor_openenv.helper import contract
 from harbor_openenv.sandbox import archives
 
 from .channel import Channel, ChannelSlot
@@ -39,23 +40,24 @@ from .result import ExecResult
 # and does the stop before grading (see :meth:`Sandbox.stop_processes`). The image's ENTRYPOINT, if
 # any, is its child, started as the image's user with Harbor's keepalive (``helper idle`` where
 # Harbor has ``sh -c "sleep infinity"``) as its arguments.
-KEEPER_ENTRYPOINT = (helper.HELPER, "keep")
-KEEPALIVE = (helper.HELPER, "idle")
+KEEPER_ENTRYPOINT = (helper.HELPER, contract.COMMAND_KEEP)
+KEEPALIVE = (helper.HELPER, contract.COMMAND_IDLE)
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
 FOLDER_SKIP_BYTES = 1 << 20  # what a folder read streams through besides the files it keeps
 # Prepare arguments for the helper: the verifier's user, its output folder, the tests folder and
-# "stage" (empty it for tests to be uploaded) or "keep" (the image brings them).
+# contract.PREPARE_STAGE (empty it for tests to be uploaded) or PREPARE_KEEP (the image brings
+# them).
 VerifierDirs = tuple[str, str, str, str]
 # A command's standard input: bytes, or a function called once the command started (the engine
 # starts it meanwhile) whose bytes are sent then; end-of-file follows either.
 Stdin = bytes | Callable[[], bytes] | None
 log = logging.getLogger("harbor_openenv")
-_KEEPER_TIMEOUT_S = 60.0  # the keeper's stop takes at most 20 s of its own
+_KEEPER_TIMEOUT_S = 60.0  # the keeper's stop takes at most contract.STOP_SECONDS of its own
 _STOP_FAILURES = {
-    96: "the image's ENTRYPOINT exited",
-    97: "could not stop the agent's processes",
-    98: "cannot prepare the verifier",
+    contract.KEEP_ENTRYPOINT_EXITED: "the image's ENTRYPOINT exited",
+    contract.KEEP_STOP_FAILED: "could not stop the agent's processes",
+    contract.KEEP_PREPARE_FAILED: "cannot prepare the verifier",
 }
 
 
@@ -346,7 +348,7 @@ class Sandbox(AgentFiles):
         those users' processes with one ``kill(-1)`` of its own, keeping the image's processes of
         other users. The exec channel is closed first (it dies with the rest)."""
         users = sorted(self.ran_as)
-        fields = ["stop", ",".join(user or "0" for user in users)]
+        fields = [contract.REQUEST_STOP, ",".join(user or "0" for user in users)]
         if prepare is not None:
             fields += list(prepare)
         answer = self._keeper(fields)
@@ -365,10 +367,10 @@ class Sandbox(AgentFiles):
         a stop where that is safe. Called once an episode's environment is ready, before the
         agent's first action (the exec channel, opened by that action, is never in the
         baseline); from then on every command's user is recorded in :attr:`ran_as`."""
-        answer = self._keeper(["mark"])
+        answer = self._keeper([contract.REQUEST_MARK])
         if answer is not None:
             code, _, why = answer.partition(" ")
-            if code == "96":
+            if code == str(contract.KEEP_ENTRYPOINT_EXITED):
                 raise SandboxError(f"{why}: {self.logs_tail()}".rstrip(": "))
             raise SandboxError(f"cannot list processes (code {code}): {why}")
         self._marked = True
@@ -389,11 +391,11 @@ class Sandbox(AgentFiles):
             answer = self.ask_keeper("\t".join([ident, *fields]), timeout_s=_KEEPER_TIMEOUT_S)
         head, _, rest = answer.partition(" ")
         status, _, detail = rest.partition(" ")
-        if head != ident or status not in ("ok", "err"):
+        if head != ident or status not in (contract.ANSWER_OK, contract.ANSWER_ERR):
             raise SandboxError(f"the keeper gave an answer out of turn: {answer[:200]!r}")
-        if status == "err":
+        if status == contract.ANSWER_ERR:
             return detail
-        if fields[0] == "mark":
+        if fields[0] == contract.REQUEST_MARK:
             self._baseline = detail
         return None
 

@@ -2,7 +2,7 @@
 
 An engine exec costs one exec instance (create, start, inspect: three API calls and a shim's
 work) per command, which is most of an agent step's time. The channel pays that once: the
-runtime's static helper (``helper serve``, see ``helper/helper.c``) runs as one attached exec,
+runtime's static helper (``helper serve``, see ``helper/serve.c``) runs as one attached exec,
 and each command is a request written to its standard input and an answer read from its output.
 
 Why the helper and not a shell loop: a POSIX ``sh`` reader cannot frame binary standard input (a
@@ -36,17 +36,23 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+from harbor_openenv.helper import contract
+
 from .errors import SandboxError
 from .result import ExecResult
 
-GRACE_S = 5.0  # beyond a command's timeout: the helper's 2 s wait for output, and the wire
-MAX_REQUEST = 80 << 20  # helper.c's limits
-MAX_OUTPUT = 64 << 20
+GRACE_S = 5.0  # past a command's timeout: the helper's EXIT_GRACE_MS for output, and the wire
+MAX_REQUEST = contract.MAX_REQUEST  # the helper's limits (contract.h)
+MAX_OUTPUT = contract.MAX_OUTPUT
 MAX_STDERR = 1 << 16  # the helper writes nothing there; more than this is misbehaviour
 log = logging.getLogger("harbor_openenv")
-_MAGIC = b"HOE1"
+_MAGIC = contract.ANSWER_MAGIC.encode()
 _ANSWER = struct.Struct(">4s8sBiI")  # magic, nonce, flags, exit code, output length
-_TIMED_OUT, _TRUNCATED, _EXITED = 1, 2, 4
+_TIMED_OUT, _TRUNCATED, _EXITED = (
+    contract.ANSWER_TIMED_OUT,
+    contract.ANSWER_TRUNCATED,
+    contract.ANSWER_EXITED,
+)
 
 
 class ChannelError(Exception):

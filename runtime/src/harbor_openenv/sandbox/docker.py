@@ -27,6 +27,7 @@ import requests
 from docker.models.containers import Container
 
 from harbor_openenv import helper
+from harbor_openenv.helper import contract
 
 from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, Stdin, keeper_command
 from .channel import Channel
@@ -189,7 +190,7 @@ class DockerSandbox(Sandbox):
         try:
             exec_id = api.exec_create(
                 self.container.id,
-                [helper.HELPER, "serve"],
+                [helper.HELPER, contract.COMMAND_SERVE],
                 user=user or self.default_user,
                 stdin=True,
                 workdir="/",

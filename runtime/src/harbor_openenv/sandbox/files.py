@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 
 from harbor_openenv import helper
+from harbor_openenv.helper import contract
 
 from .errors import PathEscapeError, SandboxError
 from .result import ExecResult
@@ -29,9 +30,6 @@ def resolve_within(workdir: str, path: str) -> str:
     return joined
 
 
-_MESSAGE = 4096  # room in a read's output for the helper's error message
-
-
 def inside(root: str, path: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -44,7 +42,7 @@ def load_script(name: str) -> str:
 
 class AgentFiles(ABC):
     """read, write and list, each one run of the runtime's helper (``helper file``, see
-    ``helper/helper.c``) as the agent's user on :meth:`_run_for` (the sandbox's run, through the
+    ``helper/file.c``) as the agent's user on :meth:`_run_for` (the sandbox's run, through the
     exec channel when ``channel``, the agent's own action): the helper resolves the path inside
     the sandbox, symlinks included, refuses a result outside the real working directory, and
     acts on what it opened, in one round trip."""
@@ -72,7 +70,12 @@ class AgentFiles(ABC):
         """The bytes of the regular file at ``path`` (at most ``max_bytes``), and whether cut."""
         limit = max_bytes + 1
         result = self._file_action(
-            "read", path, str(limit), user=user, max_output=limit + _MESSAGE, channel=channel
+            contract.FILE_READ,
+            path,
+            str(limit),
+            user=user,
+            max_output=limit + contract.FILE_MESSAGE_ROOM,
+            channel=channel,
         )
         if result.truncated:
             raise SandboxError(f"{path}: reading it failed (its answer was cut)")
@@ -84,12 +87,14 @@ class AgentFiles(ABC):
         """Write ``data`` to ``path`` as ``user``, creating parent folders inside the working
         directory; an existing file keeps its mode, owner and group. Returns the real path
         written."""
-        written = self._file_action("write", path, user=user, stdin=data, channel=channel)
+        written = self._file_action(
+            contract.FILE_WRITE, path, user=user, stdin=data, channel=channel
+        )
         return written.output.strip()
 
     def list_dir(self, path: str, *, user: str | None = None, channel: bool = False) -> str:
         """``ls -la`` of the folder at ``path`` (``ls -lad`` of the entry when not a folder)."""
-        return self._file_action("list", path, user=user, channel=channel).output
+        return self._file_action(contract.FILE_LIST, path, user=user, channel=channel).output
 
     def _file_action(
         self,
@@ -106,7 +111,7 @@ class AgentFiles(ABC):
         lexical = resolve_within(self.workdir, path)
         result = self._run_for(
             channel,
-            [helper.HELPER, "file", op, self._real_workdir, lexical, *args],
+            [helper.HELPER, contract.COMMAND_FILE, op, self._real_workdir, lexical, *args],
             timeout_s=60,
             max_output=max_output,
             user=user or "",
@@ -117,12 +122,15 @@ class AgentFiles(ABC):
         if result.exit_code == 0:
             return result
         message = result.output.strip()
-        if result.exit_code == 3:
+        if result.exit_code == contract.FILE_OUTSIDE:
             raise PathEscapeError(f"{path!r} resolves to {message}, outside the working directory")
+        missing = (
+            "cannot create its folder" if op == contract.FILE_WRITE else "no such file or folder"
+        )
         problem = {
             None: f"{op} timed out",
-            4: "no such file or folder" if op != "write" else "cannot create its folder",
-            5: "is a directory",
-            6: "not a regular file",
+            contract.FILE_MISSING: missing,
+            contract.FILE_IS_FOLDER: "is a directory",
+            contract.FILE_NOT_REGULAR: "not a regular file",
         }.get(result.exit_code)
         raise SandboxError(f"{path}: {problem or message or op + ' failed'}")
