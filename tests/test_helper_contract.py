@@ -17,6 +17,7 @@ import pytest
 from harbor_openenv import helper
 from harbor_openenv.helper import contract
 from harbor_openenv.sandbox import base, channel
+from harbor_openenv.sandbox.command import Command
 
 PACKAGE = Path(helper.__file__).parent.parent
 HELPER = PACKAGE / "helper"
@@ -121,9 +122,7 @@ def test_the_python_side_holds_no_copy_of_a_value():
 
 
 def test_the_python_framing_matches_the_contract():
-    frame = channel.request(
-        ["x"], timeout_s=1, max_output=0, env={}, workdir="", stdin=None, nonce=bytes(8)
-    )
+    frame = channel.request(Command(["x"], timeout_s=1, max_output=0), nonce=bytes(8))
     assert len(frame) == 4 + contract.REQUEST_HEAD + (4 + 0) + (4 + 1)
     assert channel._ANSWER.size == contract.ANSWER_HEAD
     assert channel.GRACE_S * 1000 > contract.EXIT_GRACE_MS

@@ -16,6 +16,7 @@ import pytest
 
 from harbor_openenv.helper import HELPER
 from harbor_openenv.sandbox import EngineRead, PathEscapeError, Sandbox, SandboxError, TooLargeError
+from harbor_openenv.sandbox.command import Command
 
 pytestmark = pytest.mark.docker
 
@@ -301,9 +302,7 @@ def test_file_actions_need_no_shell_or_coreutils(bare_sandbox):
     finally:
         for name in programs:
             restore = ["/usr/bin/mv", f"/usr/bin/{name}.off", f"/usr/bin/{name}"]
-            bare_sandbox.run(
-                restore, timeout_s=10, max_output=100, user="root", env={}, workdir="/"
-            )
+            bare_sandbox.run(Command(restore, timeout_s=10, max_output=100, user="root"))
 
 
 def test_writes_run_as_the_agents_user(bare_sandbox):

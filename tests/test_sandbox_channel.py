@@ -17,6 +17,7 @@ from conftest import exec_channel_on
 from harbor_openenv import helper
 from harbor_openenv.sandbox import ExecResult, Sandbox
 from harbor_openenv.sandbox.channel import Channel, ChannelBusy, request
+from harbor_openenv.sandbox.command import Command
 from harbor_openenv.sandbox.memory import MemorySandbox
 
 pytestmark = pytest.mark.docker
@@ -190,22 +191,20 @@ def test_concurrent_commands_take_the_engine_while_the_channel_is_busy(box):
 def test_the_memory_backend_has_no_channel():
     box = MemorySandbox(lambda *_: ExecResult(0, ""))
     assert box.open_channel("root") is None
-    assert (
-        box.channel.run(["true"], user="", timeout_s=1, max_output=1, env={}, workdir="/") is None
-    )
+    assert box.channel.run(Command(["true"], timeout_s=1, max_output=1, workdir="/")) is None
     assert box.channel.failed == "this backend has no channel"
 
 
 def test_a_timeout_past_the_frames_field_is_capped_at_49_days():
-    frame = request(["true"], timeout_s=1e12, max_output=1, env={}, workdir="/", stdin=None)
+    frame = request(Command(["true"], timeout_s=1e12, max_output=1, workdir="/"))
     assert struct.unpack_from(">I", frame, 12)[0] == 0xFFFFFFFF
 
 
 def test_what_cannot_cross_the_channel_takes_the_engine():
     with pytest.raises(ChannelBusy):
-        request(["a\x00b"], timeout_s=1, max_output=1, env={}, workdir="/", stdin=None)
+        request(Command(["a\x00b"], timeout_s=1, max_output=1, workdir="/"))
     with pytest.raises(ChannelBusy):
-        request(["true"], timeout_s=1, max_output=1 << 30, env={}, workdir="/", stdin=None)
+        request(Command(["true"], timeout_s=1, max_output=1 << 30, workdir="/"))
 
 
 # -- the helper's framing, run on this machine (the same static binary) ---------------------------
@@ -221,20 +220,12 @@ def serve(frames: bytes) -> subprocess.CompletedProcess[bytes]:
 
 def test_the_helper_answers_each_request_in_turn():
     frames = request(
-        ["sh", "-c", "cat; exit 5"],
-        timeout_s=5,
-        max_output=4,
-        env={},
-        workdir="/",
-        stdin=b"abcdefgh",
+        Command(
+            ["sh", "-c", "cat; exit 5"], timeout_s=5, max_output=4, workdir="/", stdin=b"abcdefgh"
+        )
     )
     frames += request(
-        ["sh", "-c", "echo $X"],
-        timeout_s=5,
-        max_output=100,
-        env={"X": "y"},
-        workdir="/",
-        stdin=None,
+        Command(["sh", "-c", "echo $X"], timeout_s=5, max_output=100, env={"X": "y"}, workdir="/")
     )
     done = serve(frames)
     assert done.returncode == 0
@@ -253,7 +244,7 @@ def test_the_helper_answers_each_request_in_turn():
         struct.pack(">I", 1 << 31),  # over the size limit
         struct.pack(">I8sIIII", 24, bytes(8), 1000, 10, 0, 0),  # no argument
         struct.pack(">I8sIIII", 29, bytes(8), 1000, 10, 1, 0) + struct.pack(">I", 99) + b"/",
-        request(["true"], timeout_s=1, max_output=1, env={}, workdir="/", stdin=None)[:-2],
+        request(Command(["true"], timeout_s=1, max_output=1, workdir="/"))[:-2],
     ],
 )
 def test_the_helper_ends_on_a_malformed_request(frame):

@@ -31,6 +31,7 @@ from harbor_openenv.helper import contract
 from harbor_openenv.sandbox import archives
 
 from .channel import Channel, ChannelSlot
+from .command import Command
 from .errors import SandboxError, TooLargeError
 from .files import AgentFiles, load_script
 from .result import ExecResult
@@ -49,9 +50,6 @@ FOLDER_SKIP_BYTES = 1 << 20  # what a folder read streams through besides the fi
 # contract.PREPARE_STAGE (empty it for tests to be uploaded) or PREPARE_KEEP (the image brings
 # them).
 VerifierDirs = tuple[str, str, str, str]
-# A command's standard input: bytes, or a function called once the command started (the engine
-# starts it meanwhile) whose bytes are sent then; end-of-file follows either.
-Stdin = bytes | Callable[[], bytes] | None
 log = logging.getLogger("harbor_openenv")
 _KEEPER_TIMEOUT_S = 60.0  # the keeper's stop takes at most contract.STOP_SECONDS of its own
 _STOP_FAILURES = {
@@ -145,23 +143,10 @@ class Sandbox(AgentFiles):
         """A short label for logs, such as a container's short id."""
 
     @abstractmethod
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout_s: float,
-        max_output: int,
-        user: str,
-        env: Mapping[str, str],
-        workdir: str,
-        stdin: Stdin = None,
-    ) -> ExecResult:
-        """Run ``argv`` directly (no shell added) as ``user`` ("" the environment's own) in
-        ``workdir`` ("" the image's), with ``env`` added to the environment's variables and
-        ``stdin`` (:data:`Stdin`) then end-of-file as standard input. Keep at most
-        ``max_output`` bytes of output; past ``timeout_s`` (counted once the input is sent) stop
-        waiting and answer ``timed_out`` (what it started is killed by :meth:`exec`). Raises
-        :class:`SandboxError` when it cannot start, and what a ``stdin`` function raises."""
+    def run(self, command: Command) -> ExecResult:
+        """Run ``command`` (:class:`.command.Command`): past its timeout stop waiting and answer
+        ``timed_out`` (what it started is killed by :meth:`exec`). Raises :class:`SandboxError`
+        when it cannot start, and what a ``stdin`` function raises."""
 
     @abstractmethod
     def upload(self, destination: str, archive: bytes | IO[bytes]) -> None:
@@ -199,49 +184,22 @@ class Sandbox(AgentFiles):
 
     # -- commands ------------------------------------------------------------------------------
 
-    def _run_for(
-        self,
-        channel: bool,
-        argv: Sequence[str],
-        *,
-        timeout_s: float,
-        max_output: int,
-        user: str,
-        env: Mapping[str, str],
-        workdir: str,
-        stdin: Stdin = None,
-    ) -> ExecResult:
+    def _run_for(self, channel: bool, command: Command) -> ExecResult:
         """:meth:`run`, through the exec channel first when ``channel`` (an agent's action) and
-        ``stdin`` is bytes. Once a baseline was taken, ``user`` is one whose code the stop
-        before grading must end (:attr:`ran_as`). An agent's command the disk guard interrupted
-        is never run again: it answers with the guard's error."""
+        ``stdin`` is bytes. Once a baseline was taken, the command's user is one whose code the
+        stop before grading must end (:attr:`ran_as`). An agent's command the disk guard
+        interrupted is never run again: it answers with the guard's error."""
         if self._marked:
-            self.ran_as.add(user or self.default_user)
+            self.ran_as.add(command.user or self.default_user)
         if self.exceeded and channel:
             raise SandboxError(self.exceeded)
-        if channel and not callable(stdin):
-            answer = self.channel.run(
-                argv,
-                timeout_s=timeout_s,
-                max_output=max_output,
-                user=user,
-                env=env,
-                workdir=workdir,
-                stdin=stdin,
-            )
+        if channel and not callable(command.stdin):
+            answer = self.channel.run(command)
             if answer is not None:
                 return answer
             if self.exceeded:  # the guard's stop ended the channel: the command does not rerun
                 raise SandboxError(self.exceeded)
-        return self.run(
-            argv,
-            timeout_s=timeout_s,
-            max_output=max_output,
-            user=user,
-            env=env,
-            workdir=workdir,
-            stdin=stdin,
-        )
+        return self.run(command)
 
     def prepare(self, workdir: str | None) -> None:
         """Make ``/logs``'s folders, resolve the working directory (None: the image's) and record
@@ -277,13 +235,15 @@ class Sandbox(AgentFiles):
             command = f"IFS= read -r _ || exit; exec </dev/null; {command}"
         result = self._run_for(
             channel,
-            ["bash", "-c", command, *(("bash", *args) if args else ())],
-            timeout_s=timeout_s,
-            max_output=max_output,
-            user=user or "",
-            env={**(env or {}), EXEC_MARK: mark},
-            workdir=workdir or self.workdir,
-            stdin=None if after is None else functools.partial(_go_after, after),
+            Command(
+                ["bash", "-c", command, *(("bash", *args) if args else ())],
+                timeout_s=timeout_s,
+                max_output=max_output,
+                user=user or "",
+                env={**(env or {}), EXEC_MARK: mark},
+                workdir=workdir or self.workdir,
+                stdin=None if after is None else functools.partial(_go_after, after),
+            ),
         )
         if result.timed_out:
             self._kill_marked(f"{EXEC_MARK}={mark}", user or "")
@@ -294,12 +254,13 @@ class Sandbox(AgentFiles):
         (root without CAP_SYS_PTRACE cannot read another user's ``/proc/PID/environ``)."""
         for who in ("root", user) if user not in ("root", "0") else ("root",):
             self.run(
-                ["sh", "-c", load_script("kill-marked"), "sh", mark],
-                timeout_s=60,
-                max_output=1 << 16,
-                user=who,
-                env={},
-                workdir="/",
+                Command(
+                    ["sh", "-c", load_script("kill-marked"), "sh", mark],
+                    timeout_s=60,
+                    max_output=1 << 16,
+                    user=who,
+                    workdir="/",
+                )
             )
 
     def healthcheck(self, check: Healthcheck, *, user: str | None, where: str) -> None:
@@ -329,12 +290,13 @@ class Sandbox(AgentFiles):
     ) -> ExecResult:
         """Run a POSIX sh script as root for the orchestrator (not the agent)."""
         return self.run(
-            ["sh", "-c", script, "sh", *args],
-            timeout_s=timeout_s,
-            max_output=1 << 20,
-            user="root",
-            env={},
-            workdir=workdir,
+            Command(
+                ["sh", "-c", script, "sh", *args],
+                timeout_s=timeout_s,
+                max_output=1 << 20,
+                user="root",
+                workdir=workdir,
+            )
         )
 
     def stop_processes(self, prepare: VerifierDirs | None = None) -> None:

@@ -33,11 +33,12 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 from harbor_openenv.helper import contract
 
+from .command import Command
 from .errors import SandboxError
 from .result import ExecResult
 
@@ -64,26 +65,20 @@ class ChannelBusy(Exception):
     that command goes through the engine instead."""
 
 
-def request(
-    argv: Sequence[str],
-    *,
-    timeout_s: float,
-    max_output: int,
-    env: Mapping[str, str],
-    workdir: str,
-    stdin: bytes | None,
-    nonce: bytes = bytes(8),
-) -> bytes:
-    """One request frame, as ``helper serve`` reads it; its answer carries ``nonce``."""
-    strings = [workdir, *argv, *(f"{key}={value}" for key, value in env.items())]
+def request(command: Command, nonce: bytes = bytes(8)) -> bytes:
+    """One request frame for ``command`` (its ``stdin`` bytes or None; its ``user`` is the
+    channel's), as ``helper serve`` reads it; its answer carries ``nonce``."""
+    argv, env, max_output, stdin = command.argv, command.env, command.max_output, command.stdin
+    if callable(stdin):
+        raise ChannelBusy("input sent once the command started cannot cross the channel")
+    strings = [command.workdir, *argv, *(f"{key}={value}" for key, value in env.items())]
     encoded = [text.encode() for text in strings]
     if any(b"\x00" in item for item in encoded) or any("=" in key for key in env):
         raise ChannelBusy("a NUL byte or a '=' in a name cannot cross the channel")
     if max_output > MAX_OUTPUT:
         raise ChannelBusy(f"an output cap over {MAX_OUTPUT} bytes")
-    head = nonce + struct.pack(
-        ">IIII", min(max(0, round(timeout_s * 1000)), 0xFFFFFFFF), max_output, len(argv), len(env)
-    )
+    timeout_ms = min(max(0, round(command.timeout_s * 1000)), 0xFFFFFFFF)
+    head = nonce + struct.pack(">IIII", timeout_ms, max_output, len(argv), len(env))
     body = b"".join([head, *(struct.pack(">I", len(item)) + item for item in encoded)])
     body += stdin or b""
     if len(body) > MAX_REQUEST:
@@ -107,26 +102,12 @@ class Channel:
         with contextlib.suppress(OSError):
             self._sock.close()
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout_s: float,
-        max_output: int,
-        env: Mapping[str, str],
-        workdir: str,
-        stdin: bytes | None = None,
-    ) -> ExecResult:
+    def run(self, command: Command) -> ExecResult:
         """Run one command; raises :class:`ChannelBusy` while another runs, and
         :class:`ChannelError` when the channel fails (it is then of no further use)."""
         nonce = secrets.token_bytes(8)
         frame = request(
-            argv,
-            timeout_s=timeout_s,
-            max_output=max_output,
-            env=env,
-            workdir=workdir,
-            stdin=stdin,
+            command,
             nonce=nonce,
         )  # raises ChannelBusy for what cannot cross
         if not self._lock.acquire(blocking=False):
@@ -136,7 +117,8 @@ class Channel:
                 self._raw.sendall(frame)
             except OSError as exc:
                 raise ChannelError(f"cannot send: {exc}") from None
-            return self._answer(nonce, max_output, time.monotonic() + timeout_s + GRACE_S)
+            deadline = time.monotonic() + command.timeout_s + GRACE_S
+            return self._answer(nonce, command.max_output, deadline)
         finally:
             self._lock.release()
 
@@ -208,30 +190,14 @@ class ChannelSlot:
         self._lock = threading.Lock()
         self.failed: str | None = None
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        user: str,
-        timeout_s: float,
-        max_output: int,
-        env: Mapping[str, str],
-        workdir: str,
-        stdin: bytes | None = None,
-    ) -> ExecResult | None:
-        """Run through the channel as ``user``; None: use the engine (no channel, busy, failed)."""
-        channel = self._get(user)
+    def run(self, command: Command) -> ExecResult | None:
+        """Run through the channel as the command's user; None: use the engine (no channel,
+        busy, failed)."""
+        channel = self._get(command.user)
         if channel is None:
             return None
         try:
-            return channel.run(
-                argv,
-                timeout_s=timeout_s,
-                max_output=max_output,
-                env=env,
-                workdir=workdir,
-                stdin=stdin,
-            )
+            return channel.run(command)
         except ChannelBusy:
             return None
         except ChannelError as exc:

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,8 +33,9 @@ import docker
 
 from harbor_openenv import helper
 
-from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, Stdin, keeper_command
+from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, keeper_command
 from .channel import Channel
+from .command import Command
 from .docker import DockerSandbox, image_config
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK, make_scratch
@@ -381,26 +382,8 @@ class ComposeSandbox(Sandbox):
     def name(self) -> str:
         return self.main.name
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout_s: float,
-        max_output: int,
-        user: str,
-        env: Mapping[str, str],
-        workdir: str,
-        stdin: Stdin = None,
-    ) -> ExecResult:
-        return self.main.run(
-            argv,
-            timeout_s=timeout_s,
-            max_output=max_output,
-            user=user,
-            env=env,
-            workdir=workdir,
-            stdin=stdin,
-        )
+    def run(self, command: Command) -> ExecResult:
+        return self.main.run(command)
 
     def open_channel(self, user: str) -> Channel:
         return self.main.open_channel(user)

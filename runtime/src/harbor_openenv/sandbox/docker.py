@@ -18,7 +18,7 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, cast
 
 import docker
@@ -29,8 +29,9 @@ from docker.models.containers import Container
 from harbor_openenv import helper
 from harbor_openenv.helper import contract
 
-from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, Stdin, keeper_command
+from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, keeper_command
 from .channel import Channel
+from .command import Command
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK
 from .result import ExecResult
@@ -253,27 +254,17 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot measure the container's disk: {exc}") from None
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout_s: float,
-        max_output: int,
-        user: str,
-        env: Mapping[str, str],
-        workdir: str,
-        stdin: Stdin = None,
-    ) -> ExecResult:
-        """Run ``argv`` through the engine's exec API; ``stdin`` is its standard input. User ""
-        is the image's (the container's own is the keeper's root)."""
-        api = self._client.api
+    def run(self, command: Command) -> ExecResult:
+        """Run the command through the engine's exec API. User "" is the image's (the
+        container's own is the keeper's root)."""
+        api, stdin, max_output = self._client.api, command.stdin, command.max_output
         try:
             exec_id = api.exec_create(
                 self.container.id,
-                list(argv),
-                user=user or self.default_user,
-                environment=[f"{key}={value}" for key, value in env.items()],
-                workdir=workdir,
+                list(command.argv),
+                user=command.user or self.default_user,
+                environment=[f"{key}={value}" for key, value in command.env.items()],
+                workdir=command.workdir,
                 stdin=stdin is not None,
             )["Id"]
             sock = api.exec_start(exec_id, socket=True)
@@ -285,7 +276,7 @@ class DockerSandbox(Sandbox):
             if stdin is not None:
                 raw.sendall(stdin() if callable(stdin) else stdin)
                 raw.shutdown(socket.SHUT_WR)
-            deadline = time.monotonic() + timeout_s
+            deadline = time.monotonic() + command.timeout_s
             for data in _frames(raw, deadline, _read_ahead(sock, raw)):
                 room = max_output - size
                 if room > 0:

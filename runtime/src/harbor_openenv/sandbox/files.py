@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 import posixpath
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
 from importlib import resources
 
 from harbor_openenv import helper
 from harbor_openenv.helper import contract
 
+from .command import Command
 from .errors import PathEscapeError, SandboxError
 from .result import ExecResult
 
@@ -51,18 +51,7 @@ class AgentFiles(ABC):
     _real_workdir: str  # the same, resolved by prepare
 
     @abstractmethod
-    def _run_for(
-        self,
-        channel: bool,
-        argv: Sequence[str],
-        *,
-        timeout_s: float,
-        max_output: int,
-        user: str,
-        env: Mapping[str, str],
-        workdir: str,
-        stdin: bytes | None = None,
-    ) -> ExecResult: ...
+    def _run_for(self, channel: bool, command: Command) -> ExecResult: ...
 
     def read_file(
         self, path: str, *, max_bytes: int, user: str | None = None, channel: bool = False
@@ -111,13 +100,14 @@ class AgentFiles(ABC):
         lexical = resolve_within(self.workdir, path)
         result = self._run_for(
             channel,
-            [helper.HELPER, contract.COMMAND_FILE, op, self._real_workdir, lexical, *args],
-            timeout_s=60,
-            max_output=max_output,
-            user=user or "",
-            env={},
-            workdir="/",
-            stdin=stdin,
+            Command(
+                [helper.HELPER, contract.COMMAND_FILE, op, self._real_workdir, lexical, *args],
+                timeout_s=60,
+                max_output=max_output,
+                user=user or "",
+                workdir="/",
+                stdin=stdin,
+            ),
         )
         if result.exit_code == 0:
             return result

@@ -14,10 +14,11 @@ import io
 import posixpath
 import shlex
 import tarfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO
 
-from .base import Archive, Sandbox, Stdin
+from .base import Archive, Sandbox
+from .command import Command
 from .errors import SandboxError
 from .files import inside, resolve_within
 from .result import ExecResult
@@ -47,21 +48,13 @@ class MemorySandbox(Sandbox):
     def name(self) -> str:
         return "memory"
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout_s: float,
-        max_output: int,
-        user: str,
-        env: Mapping[str, str],
-        workdir: str,
-        stdin: Stdin = None,
-    ) -> ExecResult:
-        if callable(stdin):
-            stdin()  # the command starts once its input is there
+    def run(self, command: Command) -> ExecResult:
+        if callable(command.stdin):
+            command.stdin()  # the command starts once its input is there
+        argv, max_output = command.argv, command.max_output
         shell = len(argv) > 2 and argv[1] == "-c"
-        result = self._handler(argv[2] if shell else shlex.join(argv), user, env, workdir)
+        script = argv[2] if shell else shlex.join(argv)
+        result = self._handler(script, command.user, command.env, command.workdir)
         data = result.output.encode()
         if len(data) <= max_output:
             return result
