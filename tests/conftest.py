@@ -72,20 +72,14 @@ def bare_sandbox(docker_client, request):
     """One task container per test module, started by the runtime's DockerSandbox as a task's is:
     debian:bookworm-slim, working directory /work, no network. Its agent actions (exec and the
     file actions) go through the exec channel, as a server's do, unless ``--exec-channel=0``."""
-    from harbor_openenv.helper import HelperVolume
-    from harbor_openenv.sandbox import LABEL, LABEL_OWNER, DockerSandbox, remove_containers
+    from harbor_openenv.sandbox import remove_containers
+    from harbor_openenv.sandbox.backend import DockerBackend
+    from harbor_openenv.sandbox.spec import ContainerSpec
 
     owner = f"test-{request.module.__name__}-{os.getpid()}"
-    volume = HelperVolume({LABEL: "1", LABEL_OWNER: owner})
-    sandbox = DockerSandbox.start(
-        docker_client,
-        "debian:bookworm-slim",
-        task_id=request.module.__name__,
-        owner=owner,
-        workdir="/work",
-        network="none",
-        helper_volume=volume.ensure(docker_client, "debian:bookworm-slim"),
-    )
+    backend = DockerBackend(lambda: docker_client, owner=owner)
+    spec = ContainerSpec("debian:bookworm-slim", workdir="/work", network="none")
+    sandbox = backend.start(spec, task_id=request.module.__name__)
     if exec_channel_on():
         for name in AGENT_ACTIONS:  # a call may still say channel=False
             setattr(sandbox, name, functools.partial(getattr(sandbox, name), channel=True))

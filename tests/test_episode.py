@@ -17,8 +17,8 @@ from harbor_openenv.episode.episode import Episode
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.models import HarborAction
 from harbor_openenv.sandbox import Sandbox
+from harbor_openenv.sandbox.spec import ContainerSpec
 from harbor_openenv.server.environment import HarborEnvironment
-from harbor_openenv.tasks.config import EnvironmentConfig
 from harbor_openenv.tasks.task import Task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,34 +31,34 @@ class _Images:
         return f"fake/{task.id}"
 
 
+class FakeBackend:
+    """The in-memory backend: every environment a :class:`FakeSandbox`, as a real backend's
+    would be started (the real pool counts them)."""
+
+    def __init__(self) -> None:
+        self.sandboxes: list[FakeSandbox] = []
+        self.specs: list[ContainerSpec] = []
+
+    def start(self, spec: ContainerSpec, **_: Any) -> Sandbox:
+        sandbox = FakeSandbox(spec.workdir or "/work")
+        self.sandboxes.append(sandbox)
+        self.specs.append(spec)
+        return cast(Sandbox, sandbox)
+
+
 class FakeRuntime(Runtime):
-    """A Runtime whose environments are :class:`FakeSandbox` es (counted by the real pool)."""
+    """A Runtime on the in-memory backend, whose images need no engine."""
 
     def __init__(self, tasks_root: Path, **settings: Any) -> None:
-        super().__init__(tasks_root, Settings(orchestration_token=TOKEN, **settings))
-        self.sandboxes: list[FakeSandbox] = []
+        self.fake = FakeBackend()
+        super().__init__(
+            tasks_root, Settings(orchestration_token=TOKEN, **settings), backend=self.fake
+        )
+        self.sandboxes = self.fake.sandboxes
 
     @property
     def images(self) -> Any:
         return _Images()
-
-    def launch(
-        self,
-        task: Task,
-        image: str,
-        table: EnvironmentConfig,
-        *,
-        env: dict[str, str],
-        compose: bool,
-        network_mode: str,
-        pooled: bool = False,
-    ) -> Sandbox:
-        def start() -> Sandbox:
-            sandbox = FakeSandbox(table.workdir or "/work")
-            self.sandboxes.append(sandbox)
-            return cast(Sandbox, sandbox)
-
-        return self.pool.acquire(None, start) if pooled else start()
 
 
 @pytest.fixture

@@ -21,8 +21,9 @@ from conftest import Server, exec_channel_on
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harbor_openenv.helper import HelperVolume
-from harbor_openenv.sandbox import LABEL, LABEL_OWNER, DockerSandbox, remove_containers
+from harbor_openenv.sandbox import remove_containers
+from harbor_openenv.sandbox.backend import DockerBackend
+from harbor_openenv.sandbox.spec import ContainerSpec
 
 pytestmark = pytest.mark.docker
 
@@ -77,7 +78,7 @@ def attack(tmp_path_factory) -> bytes:
 def boxes(docker_client, tmp_path_factory, attack):
     """Three running sandboxes: debian (root default), the USER image, the root-service image."""
     owner = f"test-hostile-processes-{time.monotonic_ns()}"
-    volume = HelperVolume({LABEL: "1", LABEL_OWNER: owner})
+    backend = DockerBackend(lambda: docker_client, owner=owner)
     images = {
         "debian": "debian:bookworm-slim",
         "user": build_image(
@@ -93,15 +94,7 @@ def boxes(docker_client, tmp_path_factory, attack):
     started = {}
     try:
         for kind, image in images.items():
-            box = DockerSandbox.start(
-                docker_client,
-                image,
-                task_id=kind,
-                owner=owner,
-                workdir="/work",
-                network="none",
-                helper_volume=volume.ensure(docker_client, image),
-            )
+            box = backend.start(ContainerSpec(image, workdir="/work", network="none"), task_id=kind)
             started[kind] = box
             box.upload("/tmp", _tar({"attack": attack}))
         yield started

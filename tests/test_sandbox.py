@@ -53,19 +53,13 @@ def test_the_keeper_is_pid_1_alone_reaps_orphans_and_outlives_every_stop(bare_sa
 def test_the_keeper_ends_on_the_engines_stop(docker_client):
     """SIGTERM from the engine (outside the container's PID namespace) ends the keeper at once,
     where ``docker stop`` waited out its grace period for a PID 1 that ignores it."""
-    from harbor_openenv.helper import HelperVolume
-    from harbor_openenv.sandbox import LABEL, LABEL_OWNER, DockerSandbox, remove_containers
+    from harbor_openenv.sandbox import remove_containers
+    from harbor_openenv.sandbox.backend import DockerBackend
+    from harbor_openenv.sandbox.spec import ContainerSpec
 
     owner = f"test-keeper-{time.monotonic_ns()}"
-    volume = HelperVolume({LABEL: "1", LABEL_OWNER: owner})
-    box = DockerSandbox.start(
-        docker_client,
-        "debian:bookworm-slim",
-        task_id="keeper",
-        owner=owner,
-        network="none",
-        helper_volume=volume.ensure(docker_client, "debian:bookworm-slim"),
-    )
+    backend = DockerBackend(lambda: docker_client, owner=owner)
+    box = backend.start(ContainerSpec("debian:bookworm-slim", network="none"), task_id="keeper")
     try:
         started = time.monotonic()
         box.container.stop(timeout=30)

@@ -21,11 +21,9 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import docker
-
-from harbor_openenv.sandbox import DockerSandbox, Sandbox, SandboxError
+from harbor_openenv.sandbox import Sandbox, SandboxError
+from harbor_openenv.sandbox.spec import Backend, ContainerSpec
 
 LABEL_POOL = "harbor-openenv.pool"
 _START_WAIT_S = 60.0  # longest a reset waits for the worker's start in flight to make room
@@ -37,61 +35,14 @@ class CapacityError(SandboxError):
     """A reset beyond the server's session limit: no container is started."""
 
 
-@dataclass(frozen=True)
-class ContainerSpec:
-    """How a task's container starts; equal specs start interchangeable containers."""
-
-    image: str
-    workdir: str | None = None
-    cpus: float | None = None
-    memory_mb: int | None = None
-    network: str | None = None
-    env: tuple[tuple[str, str], ...] = ()
-    pids_limit: int | None = None
-    helper_volume: str = ""
-    storage_mb: int | None = None
-
-    def start(
-        self,
-        client: docker.DockerClient,
-        *,
-        owner: str,
-        task_id: str | None,
-        labels: dict[str, str] | None = None,
-    ) -> Sandbox:
-        return DockerSandbox.start(
-            client,
-            self.image,
-            task_id=task_id,
-            owner=owner,
-            workdir=self.workdir,
-            cpus=self.cpus,
-            memory_mb=self.memory_mb,
-            network=self.network,
-            env=dict(self.env),
-            pids_limit=self.pids_limit,
-            labels=labels,
-            helper_volume=self.helper_volume,
-            storage_mb=self.storage_mb,
-        )
-
-
 class ContainerPool:
     """Idle pre-started containers by spec, and the count of running episodes they share a limit
     with. Thread-safe; with ``size`` 0 it only counts."""
 
-    def __init__(
-        self,
-        client: Callable[[], docker.DockerClient],
-        *,
-        owner: str,
-        size: int,
-        limit: int,
-    ) -> None:
+    def __init__(self, backend: Backend, *, size: int, limit: int) -> None:
         self.size = size
         self.limit = limit
-        self._client = client
-        self._owner = owner
+        self._backend = backend
         self._cond = threading.Condition()
         self._idle: OrderedDict[ContainerSpec, deque[Sandbox]] = OrderedDict()  # least recent first
         self._failed: set[ContainerSpec] = set()  # not refilled until a reset asks again
@@ -275,9 +226,7 @@ class ContainerPool:
                 self._starting += 1
             sandbox: Sandbox | None = None
             try:
-                sandbox = spec.start(
-                    self._client(), owner=self._owner, task_id=None, labels={LABEL_POOL: "1"}
-                )
+                sandbox = self._backend.start(spec, task_id=None, labels={LABEL_POOL: "1"})
             except Exception as exc:  # the worker must go on; the next reset asks again
                 log.warning("warm pool: starting a container of %s failed: %s", spec.image, exc)
             with self._cond:

@@ -20,21 +20,20 @@ from harbor_openenv.config import Settings
 from harbor_openenv.datasets.manifest import MANIFEST_NAME, verify_manifest
 from harbor_openenv.episode.disk import DiskGuard
 from harbor_openenv.episode.metrics import Metrics, Snapshot
-from harbor_openenv.episode.pool import ContainerPool, ContainerSpec
+from harbor_openenv.episode.pool import ContainerPool
 from harbor_openenv.episode.record import Recorder
-from harbor_openenv.helper import HelperError, HelperVolume
 from harbor_openenv.images.lock import LOCK_NAME, LockedImage, read_lock, stale_pin
 from harbor_openenv.images.resolver import ImageError, ImageResolver, verifier_source
 from harbor_openenv.sandbox import (
-    LABEL,
     LABEL_OWNER,
-    ComposeSandbox,
     Sandbox,
     SandboxError,
     engine,
     remove_containers,
     server_identity,
 )
+from harbor_openenv.sandbox.backend import DockerBackend
+from harbor_openenv.sandbox.spec import Backend, ComposeSpec, ContainerSpec
 from harbor_openenv.tasks.catalog import TaskCatalog
 from harbor_openenv.tasks.config import EnvironmentConfig, StepConfig, verifier_environment
 from harbor_openenv.tasks.dataset import Dataset
@@ -55,7 +54,9 @@ class Runtime:
         settings: Settings | None = None,
         *,
         max_sessions: int | None = None,
+        backend: Backend | None = None,
     ) -> None:
+        """``backend`` starts every environment (default: this server's Docker engine's)."""
         self.dataset = Dataset(tasks_root)
         self.catalog = TaskCatalog(self.dataset)  # Task API: splits and task specs, built once
         self.settings = settings or Settings()
@@ -71,11 +72,9 @@ class Runtime:
         self._resolver: ImageResolver | None = None
         self._lock = threading.Lock()
         self._checked: set[str] = set()
-        self.pool = ContainerPool(
-            lambda: self.docker, owner=self.owner, size=self.settings.pool_size, limit=max_sessions
-        )
+        self.backend: Backend = backend or DockerBackend(lambda: self.docker, owner=self.owner)
+        self.pool = ContainerPool(self.backend, size=self.settings.pool_size, limit=max_sessions)
         self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
-        self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: self.owner})
         self.disk = DiskGuard(self.settings.disk_check_s)
         self._sessions = 0  # open WebSocket sessions (app.SessionCount keeps it)
         self._unreset = 0  # of those, the ones that have not sent a reset yet
@@ -182,13 +181,6 @@ class Runtime:
                 " `harbor-openenv images push`, or log the engine in to its registry)"
             ) from None
 
-    def helper_volume(self, image: str) -> str:
-        """The server's volume holding the in-container helper (made on first use)."""
-        try:
-            return self._helper.ensure(self.docker, image)
-        except HelperError as exc:
-            raise SandboxError(str(exc)) from None
-
     def spec(
         self, image: str, table: EnvironmentConfig, env: dict[str, str], network_mode: str
     ) -> ContainerSpec:
@@ -202,7 +194,6 @@ class Runtime:
             network="none" if network_mode == "no-network" else None,
             env=tuple(sorted(env.items())),
             pids_limit=settings.pids_limit,
-            helper_volume=self.helper_volume(image),
             storage_mb=self.disk_limit(table),
         )
 
@@ -229,29 +220,19 @@ class Runtime:
         """
         spec = self.spec(image, table, env, network_mode)
         if not compose:
-            start = functools.partial(spec.start, self.docker, owner=self.owner, task_id=task.id)
+            start = functools.partial(self.backend.start, spec, task_id=task.id)
             return self.pool.acquire(spec, start) if pooled else start()
         assert task.compose_file is not None
-        start_project = functools.partial(
-            ComposeSandbox.start_project,
-            self.docker,
-            image,
-            compose_file=task.compose_file,
+        project = ComposeSpec(
+            task.compose_file,
             no_network=network_mode == "no-network",
             compose_env=env,
             timeout_s=table.build_timeout_sec,
-            task_id=task.id,
-            owner=self.owner,
-            workdir=spec.workdir,
-            cpus=spec.cpus,
-            memory_mb=spec.memory_mb,
-            env=env,
-            pids_limit=spec.pids_limit,
-            helper_volume=spec.helper_volume,
             build_network=self.settings.build_network,
             prebuilt=image if task.image is not None and task.image.kind != "dockerfile" else None,
         )
-        return self.pool.acquire(None, start_project) if pooled else start_project()
+        start = functools.partial(self.backend.start, spec, task_id=task.id, compose=project)
+        return self.pool.acquire(None, start) if pooled else start()
 
     def verifier_sandbox(self, task: Task, step: StepConfig | None, env: dict[str, str]) -> Sandbox:
         """Start a separate verifier's environment, on the image Harbor would choose (the one

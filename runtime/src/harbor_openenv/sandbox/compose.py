@@ -40,6 +40,7 @@ from .docker import DockerSandbox, image_config
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK, make_scratch
 from .result import ExecResult
+from .spec import ComposeSpec, ContainerSpec
 
 LABEL_PROJECT = "harbor-openenv.compose-project"
 MAIN_SERVICE = "main"
@@ -225,30 +226,33 @@ class ComposeSandbox(Sandbox):
     def start_project(
         cls,
         client: docker.DockerClient,
-        image: str,
+        container: ContainerSpec,
+        compose: ComposeSpec,
         *,
-        compose_file: Path,
         task_id: str,
         owner: str,
-        workdir: str | None = None,
-        cpus: float | None = None,
-        memory_mb: int | None = None,
-        no_network: bool = False,
-        env: dict[str, str] | None = None,
-        compose_env: dict[str, str] | None = None,
-        pids_limit: int | None = None,
-        timeout_s: float = 600,
         helper_volume: str,
-        build_network: str | None = None,
-        prebuilt: str | None = None,
     ) -> ComposeSandbox:
-        """Start the project (``up --wait``, sidecar healthchecks included) and attach to main.
+        """Start the project (``up --wait``, sidecar healthchecks included) with main as
+        ``container`` says, and attach to main.
 
-        Services the task's compose file builds (sidecars) build on ``build_network`` (the
-        server's ``Settings.build_network``; None: the engine's default), as the task's own image
-        does. ``prebuilt``: the task's ``docker_image``, when main runs it (Harbor's
-        ``PREBUILT_IMAGE_NAME``).
+        Services the task's compose file builds (sidecars) build on ``compose.build_network``
+        (the server's ``Settings.build_network``; None: the engine's default), as the task's own
+        image does. ``compose.prebuilt``: the task's ``docker_image``, when main runs it
+        (Harbor's ``PREBUILT_IMAGE_NAME``).
         """
+        image, cpus, memory_mb = container.image, container.cpus, container.memory_mb
+        workdir, pids_limit, env = container.workdir, container.pids_limit, dict(container.env)
+        compose_file, no_network, compose_env = (
+            compose.compose_file,
+            compose.no_network,
+            dict(compose.compose_env),
+        )
+        timeout_s, build_network, prebuilt = (
+            compose.timeout_s,
+            compose.build_network,
+            compose.prebuilt,
+        )
         name = f"harbor-openenv-{uuid.uuid4().hex[:12]}"
         scratch = make_scratch(owner)
         main: dict[str, Any] = {

@@ -35,6 +35,7 @@ from .command import Command
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK
 from .result import ExecResult
+from .spec import ContainerSpec
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -64,40 +65,34 @@ class DockerSandbox(Sandbox):
     def start(
         cls,
         client: docker.DockerClient,
-        image: str,
+        spec: ContainerSpec,
         *,
         task_id: str | None,
         owner: str,
-        workdir: str | None = None,
-        cpus: float | None = None,
-        memory_mb: int | None = None,
-        network: str | None = None,
-        env: dict[str, str] | None = None,
-        pids_limit: int | None = None,
         labels: dict[str, str] | None = None,
         helper_volume: str,
-        storage_mb: int | None = None,
     ) -> DockerSandbox:
-        """Start a container whose PID 1 is the runtime's keeper (:data:`KEEPER_ENTRYPOINT`, as
-        root, the image's ENTRYPOINT its child as the image's user), mounted read-only from
-        ``helper_volume``.
+        """Start a container for ``spec`` whose PID 1 is the runtime's keeper
+        (:data:`KEEPER_ENTRYPOINT`, as root, the image's ENTRYPOINT its child as the image's
+        user), mounted read-only from ``helper_volume``.
 
         ``labels`` join the runtime's; ``task_id`` None leaves out the task's (a warm-pool
-        container serves whichever task asks first). ``storage_mb`` caps the writable layer
+        container serves whichever task asks first). ``spec.storage_mb`` caps the writable layer
         where the engine's storage driver can (overlay2 on xfs with project quotas).
         """
+        image = spec.image
         user, entrypoint = image_config(client, image)
         options: dict[str, Any] = {"mounts": [helper.mount(helper_volume)]}
-        if storage_mb and not _QUOTA_REFUSED:
-            options["storage_opt"] = {"size": f"{storage_mb}M"}
-        if cpus:
-            options["nano_cpus"] = int(cpus * 1e9)
-        if memory_mb:
-            options["mem_limit"] = f"{memory_mb}m"
-        if network:
-            options["network_mode"] = network
-        if pids_limit:
-            options["pids_limit"] = pids_limit
+        if spec.storage_mb and not _QUOTA_REFUSED:
+            options["storage_opt"] = {"size": f"{spec.storage_mb}M"}
+        if spec.cpus:
+            options["nano_cpus"] = int(spec.cpus * 1e9)
+        if spec.memory_mb:
+            options["mem_limit"] = f"{spec.memory_mb}m"
+        if spec.network:
+            options["network_mode"] = spec.network
+        if spec.pids_limit:
+            options["pids_limit"] = spec.pids_limit
         run = functools.partial(
             client.containers.run,
             image,
@@ -113,8 +108,8 @@ class DockerSandbox(Sandbox):
                 **({LABEL_TASK: task_id[:200]} if task_id is not None else {}),
                 **(labels or {}),
             },
-            environment=env or {},
-            working_dir=workdir or None,
+            environment=dict(spec.env),
+            working_dir=spec.workdir or None,
         )
         try:
             try:
@@ -129,7 +124,7 @@ class DockerSandbox(Sandbox):
             raise SandboxError(
                 f"starting a container from {image} failed: {exc.explanation}"
             ) from None
-        return cls.attach(client, container, user=user, workdir=workdir)
+        return cls.attach(client, container, user=user, workdir=spec.workdir)
 
     @classmethod
     def attach(
