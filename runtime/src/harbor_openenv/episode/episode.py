@@ -9,6 +9,7 @@ end, hands its sandbox back to the runtime.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 from harbor_openenv.episode.record import EpisodeRecord
@@ -28,6 +29,25 @@ class ActionError(Exception):
     """The action cannot run as asked: it is answered with this error and the episode goes on."""
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How an episode ended: what its last answer says and what its record keeps."""
+
+    reward: float | None
+    error: str | None = None
+    output: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] | None = None  # recorded beside the reward (None: none usable)
+    timed_out: bool = False  # the verifier ran out of time
+
+    @property
+    def kind(self) -> str:
+        """As the metrics count episodes: ``reward``, ``error`` (no reward) or ``timeout``."""
+        if self.timed_out:
+            return "timeout"
+        return "error" if self.reward is None else "reward"
+
+
 class Episode:
     """A task in its sandbox, and where its ``[[steps]]`` stand."""
 
@@ -44,6 +64,7 @@ class Episode:
         self.step_info: list[dict[str, Any]] = []
         self.verifier_dirs_used = False  # /tests and /logs/verifier hold the last verifier's
         self.record: EpisodeRecord | None = None  # HARBOR_OPENENV_RECORD_DIR's trial, if on
+        self.outcome: Outcome | None = None  # how the last evaluate ended the episode
 
     @classmethod
     def start(cls, runtime: Runtime, task: Task) -> Episode:
@@ -192,9 +213,13 @@ class Episode:
             "verifier_timed_out": verdict.timed_out,
         }
         if self.sandbox.exceeded:  # the disk guard stopped the verifier: its files prove nothing
-            return self._done(None, self.sandbox.exceeded, verdict.stdout, info)
+            return self._done(Outcome(None, self.sandbox.exceeded, verdict.stdout, info))
         if step is None:
-            return self._done(verdict.value, verdict.error, verdict.stdout, info)
+            metrics = None if verdict.timed_out else verdict.reward.metrics
+            outcome = Outcome(
+                verdict.value, verdict.error, verdict.stdout, info, metrics, verdict.timed_out
+            )
+            return self._done(outcome)
         return self._finish_step(step, verdict, info)
 
     def _finish_step(
@@ -235,24 +260,33 @@ class Episode:
             if metrics
             else (None, "no step has a verifier result")
         )
-        return self._done(
-            final,
-            "; ".join(part for part in (stop, error) if part) or None,
-            verdict.stdout,
-            {
-                **info,
-                "steps": self.step_info,
-                "final_metrics": metrics,
-                "reward_strategy": config.multi_step_reward_strategy or "mean",
-            },
+        info = {
+            **info,
+            "steps": self.step_info,
+            "final_metrics": metrics,
+            "reward_strategy": config.multi_step_reward_strategy or "mean",
+        }
+        error = "; ".join(part for part in (stop, error) if part) or None
+        return self._done(Outcome(final, error, verdict.stdout, info, metrics))
+
+    def _done(self, outcome: Outcome) -> HarborObservation:
+        """The last evaluate's answer; :attr:`outcome` keeps how the episode ended."""
+        self.outcome = outcome
+        return self.observe(
+            "evaluate",
+            reward=outcome.reward,
+            done=True,
+            error=outcome.error,
+            output=outcome.output,
+            info=outcome.info,
         )
 
-    def _done(
-        self, reward: float | None, error: str | None, output: str, info: dict[str, Any]
-    ) -> HarborObservation:
-        return self.observe(
-            "evaluate", reward=reward, done=True, error=error, output=output, info=info
-        )
+    def conclude(self, outcome: Outcome) -> None:
+        """Record how the episode ended (its record, if on, is this episode's alone)."""
+        if self.record is not None:
+            self.record.verified(
+                None, outcome.reward, outcome.metrics or {}, outcome.output, outcome.error
+            )
 
     # -- answers and the end -------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from harbor_openenv._openenv import Environment, EnvironmentMetadata
 from harbor_openenv.episode import actions, oracle
-from harbor_openenv.episode.episode import ActionError, Episode
+from harbor_openenv.episode.episode import ActionError, Episode, Outcome
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.events import Timer, event
 from harbor_openenv.images.resolver import ImageError
@@ -243,15 +243,10 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         """Record the episode's reward, end the episode and answer the action that ended it."""
         self._state.evaluated, self._state.reward = True, observation.reward
         episode = self._episode
-        if episode is not None and episode.record is not None:
-            info = observation.info
-            if "final_metrics" in info:
-                metrics = info["final_metrics"]
-            else:
-                metrics = None if info.get("verifier_timed_out") else info.get("metrics")
-            episode.record.verified(
-                None, observation.reward, metrics or {}, observation.output or "", observation.error
-            )
+        outcome = Outcome(observation.reward, observation.error, observation.output or "")
+        if episode is not None:
+            outcome = episode.outcome or outcome  # evaluate's, else this failure's
+            episode.conclude(outcome)
         event(
             "evaluate",
             task=self._state.task_id,
@@ -260,11 +255,7 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
             seconds=self._timer.seconds,
             error=observation.error,
         )
-        if observation.info.get("verifier_timed_out"):
-            outcome = "timeout"
-        else:
-            outcome = "error" if observation.reward is None else "reward"
-        self._end_episode(outcome)
+        self._end_episode(outcome.kind)
         return observation
 
     def _fail(self, action_type: str, error: str, **fields: Any) -> HarborObservation:
