@@ -47,6 +47,7 @@ def _task_row(task: Task) -> dict[str, Any]:
     """What validate reports about one task: its kind, image source, timeouts, problems, what
     Harbor 0.25 would refuse in it, and the variables the server needs to run it."""
     from harbor_openenv.tasks.harbor_rules import harbor_warnings
+    from harbor_openenv.tasks.lint import shadowing
 
     try:
         config = task.config
@@ -61,6 +62,7 @@ def _task_row(task: Task) -> dict[str, Any]:
         "build_timeout_sec": config and config.environment.build_timeout_sec,
         "problems": task.problems,
         "harbor_warnings": harbor_warnings(task),
+        "shadowing": shadowing(task),
         "needs": serve_time_variables(config) if config else {},
     }
 
@@ -136,12 +138,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for warning in row["harbor_warnings"]:
             print(f"Harbor 0.25 would refuse {warning['warning']}")
     for row in rows:
+        for found in row["shadowing"]:
+            print(f"{row['task']}/{found['file']}:{found['line']}: {found['warning']}")
+    for row in rows:
         for variable, fields in row["needs"].items():
             print(f"{row['task']}: needs {variable} at serve time ({', '.join(fields)})")
     summary = ", ".join(f"{count} {kind}" for kind, count in counts.items())
     verdict = "ok" if ok else f"{counts[TaskKind.INVALID]} invalid task(s) must be fixed"
     refused = sum(bool(row["harbor_warnings"]) for row in rows)
     extra = f"; Harbor 0.25 would refuse {refused}" if refused else ""
+    shadowed = sum(bool(row["shadowing"]) for row in rows)
+    extra += f"; {shadowed} run something the agent can shadow" if shadowed else ""
     print(f"{len(rows)} tasks in {dataset.root}: {summary} ({verdict}{extra})")
     return EXIT_OK if ok else EXIT_PROBLEMS
 
