@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from harbor_openenv.episode import tamper
 from harbor_openenv.episode.record import EpisodeRecord
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier
@@ -196,6 +197,7 @@ class Episode:
             settings.max_reward_bytes,
             settings.reward_key,
         )
+        tamper = self.tamper_report()  # before the verifier runs: the agent's changes alone
         if verifier_mode(task.config, step) == "separate":
             env = self.envs.verifier_container.get(key, {})
             verdict = verifier.verify_separately(
@@ -211,6 +213,7 @@ class Episode:
             "metrics": verdict.reward.metrics,
             "reward_details": verdict.reward.details,
             "verifier_timed_out": verdict.timed_out,
+            "tamper": tamper,
         }
         if self.sandbox.exceeded:  # the disk guard stopped the verifier: its files prove nothing
             return self._done(Outcome(None, self.sandbox.exceeded, verdict.stdout, info))
@@ -221,6 +224,21 @@ class Episode:
             )
             return self._done(outcome)
         return self._finish_step(step, verdict, info)
+
+    def tamper_report(self) -> dict[str, Any] | None:
+        """What the agent changed outside its workdir that the verifier could run or import
+        (:mod:`.tamper`), counted in the metrics; None where the backend cannot tell."""
+        try:
+            changes = self.sandbox.changes()
+        except SandboxError as exc:
+            return {"error": str(exc)}
+        if changes is None:
+            return None
+        report = tamper.classify(changes, self.sandbox.workdir)
+        for kind, count in report.counts.items():
+            if count:
+                self.runtime.metrics.tamper.labels(kind).inc()
+        return report.info()
 
     def _finish_step(
         self, step: StepConfig, verdict: Verdict, info: dict[str, Any]

@@ -108,6 +108,13 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.tamper = Counter(
+            PREFIX + "tamper_evaluates",
+            "evaluates whose container had changes outside the working directory the verifier"
+            " could run or import, by class (episode/tamper.py: installs are not suspect)",
+            ["kind"],
+            registry=self.registry,
+        )
         self.reset_errors = Counter(
             PREFIX + "reset_errors",
             "resets refused or failed (no episode started)",

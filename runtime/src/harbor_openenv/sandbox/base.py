@@ -177,6 +177,12 @@ class Sandbox(AgentFiles):
         write the keeper's input or read its output. Raises :class:`SandboxError` when it cannot
         be reached or does not answer within ``timeout_s``."""
 
+    def changes(self) -> list[tuple[str, int]] | None:
+        """The paths the environment changed since it started, as the engine lists them (path,
+        kind: 0 changed, 1 added, 2 deleted), never through a program inside it; None: this
+        backend cannot tell."""
+        return None
+
     def open_channel(self, user: str) -> Channel | None:
         """A new exec channel running as ``user`` (:mod:`.channel`); None: this backend has none.
         Raises :class:`SandboxError` when it cannot start."""

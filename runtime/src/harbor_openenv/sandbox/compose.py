@@ -395,6 +395,9 @@ class ComposeSandbox(Sandbox):
     def ask_keeper(self, request: str, *, timeout_s: float) -> str:
         return self.main.ask_keeper(request, timeout_s=timeout_s)
 
+    def changes(self) -> list[tuple[str, int]]:
+        return self.main.changes()
+
     def logs_tail(self) -> str:
         return self.main.logs_tail()
 

@@ -196,6 +196,14 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"cannot start the exec channel: {exc.explanation or exc}") from None
         return Channel(sock, user)
 
+    def changes(self) -> list[tuple[str, int]]:
+        """The engine's list of the container's changes (``GET /containers/{id}/changes``)."""
+        try:
+            found = self.container.diff() or []
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot list the container's changes: {exc}") from None
+        return [(str(entry["Path"]), int(entry["Kind"])) for entry in found]
+
     def ask_keeper(self, request: str, *, timeout_s: float) -> str:
         """One line to PID 1's standard input, its answer from its standard output, over an
         attach of the engine's (no program of the container takes part)."""

@@ -101,6 +101,10 @@ class MemorySandbox(Sandbox):
             return f"{ident} ok {result.output.strip()}".rstrip()
         return f"{ident} err {result.exit_code} {result.output.strip()}"
 
+    def changes(self) -> list[tuple[str, int]]:
+        """Every file it holds, as added (it starts empty)."""
+        return [(path, 1) for path in sorted(self.files)]
+
     def is_running(self) -> bool:
         return not self.removed
 
