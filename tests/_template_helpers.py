@@ -138,7 +138,7 @@ def tagged_template_clone(clone: Path) -> Path:
 def release_series(clone: Path, versions: list[str]) -> Path:
     """A clone of this template whose working tree is released as each of ``versions`` in turn.
 
-    Each release is what README.md's "Releasing" makes: ``__version__`` set to X.Y.Z, a commit
+    Each release is what CONTRIBUTING.md's "Releasing" makes: ``__version__`` set to X.Y.Z, a commit
     "Release vX.Y.Z" and the tag vX.Y.Z; here the releases differ only in their version.
     """
     tagged_template_clone(clone)

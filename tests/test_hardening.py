@@ -1,7 +1,7 @@
 """A hostile agent against a real server: planted rewards, path races, bombs, bad requests, faults.
 
-Each test prints its figures (run with ``-s`` to see them); the README's reliability section
-quotes them.
+Each test prints its figures (run with ``-s`` to see them); the docs' security model
+(docs/design/security.md, Reliability) quotes them.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ From a clone of this repository (as a user has one): the first command of README
 bundled example; the rendered README's blocks (found by their ``<!-- harbor-openenv:road:NAME -->``
 markers, so the test and the READMEs cannot drift) then fill wheels/, build the image with no
 network, serve it, and drive an episode with the trainer snippet to reward 1.0; later a newer
-template release is tagged in the clone (as "Releasing" says), the rendered CI's check-update step
-warns, and the rendered README's update command moves the pin.
+template release is tagged in the clone (as CONTRIBUTING.md's "Releasing" says), the rendered
+CI's check-update step warns, and the rendered README's update command moves the pin.
 
 What the test substitutes is what the READMEs leave to the user: the token (``change-me``), the
 port and name the copier questions ask for (``-d port=... -d env_name=...``, so parallel runs do
@@ -259,7 +259,7 @@ def test_docker_route_and_update(checkout):
     assert "serves **6** tasks" in (env / "README.md").read_text()
     assert git("status", "--porcelain", cwd=env) == ""  # the block committed it
 
-    # Months later: a newer release of the template, as README.md's "Releasing" makes one.
+    # Months later: a newer release of the template, as CONTRIBUTING.md's "Releasing" makes one.
     version = checkout / "runtime" / "src" / "harbor_openenv" / "_version.py"
     version.write_text('__version__ = "999.0.0"\n')
     commit_all(checkout, "Release v999.0.0")

@@ -1,5 +1,5 @@
 """What a person or a client sees of a served environment beyond the episode API: the API docs
-work offline, a session refused at the limit reads as README says, the web page is named after
+work offline, a session refused at the limit reads as the docs say, the web page is named after
 the environment (the newcomer's road, round three)."""
 
 from __future__ import annotations

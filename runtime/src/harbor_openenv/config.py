@@ -3,9 +3,9 @@
 Each field is read from the variable named ``HARBOR_OPENENV_`` + its name in capitals (``pool_size``
 from ``HARBOR_OPENENV_POOL_SIZE``) by :meth:`Settings.from_env`, the one place the runtime reads its
 settings from the environment; ``build_app``, ``Runtime`` and the CLI pass the object down. An
-unset or empty variable keeps the default. README's "Server settings" table lists the same
-variables (tests/test_config.py keeps the two in step). OpenEnv's own ``ENABLE_WEB_INTERFACE``
-stays OpenEnv's (see ``_openenv``).
+unset or empty variable keeps the default. The docs' settings reference
+(docs/reference/settings.md) is generated from these fields when the site is built (docs/hooks.py).
+OpenEnv's own ``ENABLE_WEB_INTERFACE`` stays OpenEnv's (see ``_openenv``).
 """
 
 from __future__ import annotations

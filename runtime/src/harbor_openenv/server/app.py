@@ -2,7 +2,7 @@
 
 Its settings (the tasks folder, session limits, exec and file limits, the orchestration token,
 the warm pool, logging) come from one ``config.Settings``: given, or read by
-``Settings.from_env()`` from the ``HARBOR_OPENENV_*`` variables (README's "Server settings"
+``Settings.from_env()`` from the ``HARBOR_OPENENV_*`` variables (docs/reference/settings.md
 lists them all, with their defaults).
 """
 
