@@ -416,12 +416,12 @@ def test_disk_use_is_bounded_by_default(docker_client, tasks):
         with server.client() as env:  # a background writer: the periodic check ends it
             env.reset(task_id="grade")
             env.exec("setsid sh -c 'head -c 8G /dev/zero > big' </dev/null >/dev/null 2>&1 &")
-            env.exec("sleep 4")  # the guard stops every agent process, this one too
+            waited = env.exec("sleep 4")  # the guard stops every agent process, this one too
             (found,) = runtime_containers(docker_client, server.owner_prefix)
             size = _size_rw(docker_client, found["Id"])
             print(f"disk guard: an 8 GiB background write stopped at {size / 2**20:.0f} MB")
             assert size < 4 << 30  # stopped long before its end (how far: the disk's speed)
-            result = env.evaluate()
+            result = waited if waited.done else env.evaluate()  # the action it tripped in ends
             assert result.done and "over its limit" in (result.observation.error or "")
         with server.client() as env:  # the agent's code fills the disk while the verifier runs
             env.reset(task_id="optimistic")

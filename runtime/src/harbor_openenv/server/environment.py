@@ -193,6 +193,8 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
             observation = _HANDLERS[kind](episode, action)
         except Exception as exc:
             return _recorded(episode, action, self._failed(kind, exc))
+        if episode.sandbox.exceeded and not observation.done:  # the guard tripped meanwhile
+            observation = episode.observe(kind, done=True, error=episode.sandbox.exceeded)
         _recorded(episode, action, observation)
         return self._conclude(observation) if observation.done else observation
 
