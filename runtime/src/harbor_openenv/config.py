@@ -124,6 +124,14 @@ class Settings:
             " metrics hold them (default: the 'reward' key, else the only key, else None)"
         ),
     )
+    pristine_verifier: str = field(
+        default="",
+        metadata=_about(
+            "task ids (comma-separated fnmatch patterns, * for all) whose verifier runs in a"
+            " fresh container of the task's image with the agent's workdir copied in (a pristine"
+            " toolchain); compose tasks keep the shared container",
+        ),
+    )
     max_artifact_bytes: int = field(
         default=1 << 30,
         metadata=_about("a separate verifier's artifacts together, on the server's disk", int),

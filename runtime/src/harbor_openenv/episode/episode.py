@@ -8,6 +8,7 @@ end, hands its sandbox back to the runtime.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,7 +198,11 @@ class Episode:
             settings.max_reward_bytes,
             settings.reward_key,
         )
-        tamper = self.tamper_report()  # before the verifier runs: the agent's changes alone
+        found: dict[str, Any] = {}  # the tamper report: the agent's changes, once it is stopped
+
+        def report() -> None:
+            found["tamper"] = self.tamper_report()
+
         if verifier_mode(task.config, step) == "separate":
             env = self.envs.verifier_container.get(key, {})
             verdict = verifier.verify_separately(
@@ -205,15 +210,24 @@ class Episode:
                 functools.partial(self.runtime.verifier_sandbox, task, step, env),
                 last=step is None or self.step_index + 1 == len(task.config.steps or []),
                 max_artifact_bytes=settings.max_artifact_bytes,
+                alongside=report,
+            )
+        elif self.pristine:
+            verdict = verifier.verify_pristine(
+                self.sandbox,
+                self._pristine_sandbox,
+                max_bytes=settings.max_artifact_bytes,
+                alongside=report,
             )
         else:
             self.verifier_dirs_used = True
-            verdict = verifier.verify(self.sandbox)
+            verdict = verifier.verify(self.sandbox, alongside=report)
         info: dict[str, Any] = {
             "metrics": verdict.reward.metrics,
             "reward_details": verdict.reward.details,
             "verifier_timed_out": verdict.timed_out,
-            "tamper": tamper,
+            "tamper": found.get("tamper"),
+            "verifier_environment": "pristine" if self.pristine else "shared",
         }
         if self.sandbox.exceeded:  # the disk guard stopped the verifier: its files prove nothing
             return self._done(Outcome(None, self.sandbox.exceeded, verdict.stdout, info))
@@ -224,6 +238,31 @@ class Episode:
             )
             return self._done(outcome)
         return self._finish_step(step, verdict, info)
+
+    @property
+    def pristine(self) -> bool:
+        """Whether this task's shared-mode verifier runs in a fresh container of its image
+        (``HARBOR_OPENENV_PRISTINE_VERIFIER`` names it; never a compose task or a workdir of
+        ``/``)."""
+        patterns = [p.strip() for p in self.runtime.settings.pristine_verifier.split(",")]
+        if (
+            self.task.compose_file is not None
+            or verifier_mode(self.task.config, self.step) != "shared"
+        ):
+            return False
+        return any(p and fnmatch.fnmatchcase(self.task.id, p) for p in patterns)
+
+    def _pristine_sandbox(self) -> Sandbox:
+        """A fresh environment of the episode's own image and container spec."""
+        table = self.task.config.environment
+        return self.runtime.launch(
+            self.task,
+            self.image,
+            table,
+            env=self.envs.environment,
+            compose=False,
+            network_mode=table.network_mode,
+        )
 
     def tamper_report(self) -> dict[str, Any] | None:
         """What the agent changed outside its workdir that the verifier could run or import

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import functools
 import json
+import posixpath
+import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from harbor_openenv.episode import artifacts
 from harbor_openenv.helper import contract
-from harbor_openenv.sandbox import EngineRead, Sandbox, TooLargeError
+from harbor_openenv.sandbox import EngineRead, Sandbox, SandboxError, TooLargeError
 from harbor_openenv.tasks.config import StepConfig, artifact_entries
 from harbor_openenv.tasks.reward import (
     REWARD_DETAILS,
@@ -75,11 +78,19 @@ class Verifier:
         task, step = self.task, self.step
         return bool(task.verifier_image_ref(step) or task.verifier_image_dir(step))
 
-    def verify(self, sandbox: Sandbox, *, bundled: bool = False) -> Verdict:
+    def verify(
+        self,
+        sandbox: Sandbox,
+        *,
+        bundled: bool = False,
+        alongside: Callable[[], object] | None = None,
+    ) -> Verdict:
         """Stop every process the agent (or an earlier verifier) started and hand a fresh
         /logs/verifier to the verifier's user, with the runtime's helper; stage the tests unless
         ``bundled`` (while the engine starts the shell that then runs test.sh); run test.sh; read
-        the reward files and the output's tail through the engine, in one read of the folder."""
+        the reward files and the output's tail through the engine, in one read of the folder.
+        ``alongside``: work on the stopped environment (the tamper report), done on a thread of
+        its own while the tests are staged and finished before test.sh starts."""
         task, step = self.task, self.step
         folders = [] if bundled else [task.tests_dir()]
         if step is not None and not bundled:
@@ -97,18 +108,24 @@ class Verifier:
             )
         )
 
-        def stage() -> None:
-            for folder in present:
-                sandbox.put_dir(folder, TESTS_DIR, prepared=True, executable="test.sh")
+        with ThreadPoolExecutor(1, thread_name_prefix="harbor-openenv-alongside") as pool:
+            beside = pool.submit(alongside) if alongside is not None else None
 
-        run = sandbox.exec(
-            f"(/tests/test.sh) > {VERIFIER_DIR}/{_TEST_STDOUT} 2>&1",
-            timeout_s=table.timeout_sec,
-            max_output=TAIL,
-            user=None if user is None else str(user),
-            env=self.env,
-            after=stage if present else None,  # staged while the engine starts the shell
-        )
+            def stage() -> None:
+                for folder in present:
+                    sandbox.put_dir(folder, TESTS_DIR, prepared=True, executable="test.sh")
+                if beside is not None:
+                    beside.result()
+
+            run = sandbox.exec(
+                f"(/tests/test.sh) > {VERIFIER_DIR}/{_TEST_STDOUT} 2>&1",
+                timeout_s=table.timeout_sec,
+                max_output=TAIL,
+                user=None if user is None else str(user),
+                env=self.env,
+                # staged while the engine starts the shell
+                after=stage if present or beside is not None else None,
+            )
         found = sandbox.read_engine_files(
             VERIFIER_DIR,
             {**dict.fromkeys(REWARD_FILES, self.max_reward_bytes), _TEST_STDOUT: TAIL},
@@ -127,11 +144,14 @@ class Verifier:
         *,
         last: bool,
         max_artifact_bytes: int,
+        alongside: Callable[[], object] | None = None,
     ) -> Verdict:
-        """Stop the agent, copy its artifacts out, remove its environment when this is the
-        ``last`` grading of the episode, start the verifier's own environment with ``start``,
-        restore the artifacts there and verify."""
+        """Stop the agent, run ``alongside`` on its stopped environment, copy its artifacts out,
+        remove its environment when this is the ``last`` grading of the episode, start the
+        verifier's own environment with ``start``, restore the artifacts there and verify."""
         agent.stop_processes()
+        if alongside is not None:
+            alongside()
         entries = artifact_entries(self.task.config, self.step)
         collected = artifacts.collect(agent, entries, limit=max_artifact_bytes)
         try:
@@ -143,6 +163,45 @@ class Verifier:
                 return self.verify(sandbox, bundled=self.bundled)
             finally:
                 sandbox.remove()
+        finally:
+            artifacts.close(collected)
+
+    def verify_pristine(
+        self,
+        agent: Sandbox,
+        start: Callable[[], Sandbox],
+        *,
+        max_bytes: int,
+        alongside: Callable[[], object] | None = None,
+    ) -> Verdict:
+        """Stop the agent, copy its working directory and artifacts out through the engine
+        (owners, modes and links as they are), start a fresh environment from the task's image
+        with ``start`` (its programs the image's, nothing the agent changed outside its workdir),
+        put them there in place of the image's and verify; the agent's environment goes on.
+        ``alongside`` runs on the stopped agent's environment first."""
+        agent.stop_processes()
+        if alongside is not None:
+            alongside()
+        workdir = agent.workdir
+        entries = artifact_entries(self.task.config, self.step)
+        collected = artifacts.collect(agent, entries, limit=max_bytes)
+        parent = posixpath.dirname(workdir) or "/"
+        try:
+            with tempfile.TemporaryFile() as copy:
+                if not agent.export_tree(workdir, copy, budget=max_bytes):
+                    raise SandboxError(f"the working directory {workdir} is gone")
+                sandbox = start()
+                try:
+                    script = 'rm -rf -- "$1" && mkdir -p -- "$2"'
+                    cleared = sandbox.exec_root(script, workdir, parent)
+                    if cleared.exit_code != 0:
+                        raise SandboxError(f"cannot clear {workdir}: {cleared.output.strip()}")
+                    copy.seek(0)
+                    sandbox.upload(parent, copy)
+                    artifacts.restore(sandbox, collected)
+                    return self.verify(sandbox, bundled=self.bundled)
+                finally:
+                    sandbox.remove()
         finally:
             artifacts.close(collected)
 

@@ -101,3 +101,16 @@ def copy_regular(stream: IO[bytes], target: IO[bytes], *, path: str, budget: int
             root_owned(member)
             member.mode &= 0o777
             copy.addfile(member, source.extractfile(member) if member.isfile() else None)
+
+
+def copy_bounded(stream: IO[bytes], target: IO[bytes], *, path: str, budget: int) -> None:
+    """Copy a tar stream of ``path`` into ``target`` byte for byte; :class:`TooLargeError` once
+    it passes ``budget`` bytes."""
+    copied = 0
+    while chunk := stream.read(1 << 16):
+        copied += len(chunk)
+        if copied > budget:
+            raise TooLargeError(
+                f"{path} is over {budget} bytes (HARBOR_OPENENV_MAX_ARTIFACT_BYTES)"
+            )
+        target.write(chunk)

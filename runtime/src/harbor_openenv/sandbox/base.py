@@ -462,6 +462,15 @@ class Sandbox(AgentFiles):
             archives.copy_regular(found.stream, target, path=path, budget=budget)
         return True
 
+    def export_tree(self, path: str, target: IO[bytes], *, budget: int) -> bool:
+        """Stream the engine's tar of the folder ``path`` into ``target`` as it is (owners, modes,
+        links), False when absent; :class:`TooLargeError` past ``budget`` bytes of archive."""
+        with self.download(path) as found:
+            if found is None:
+                return False
+            archives.copy_bounded(found.stream, target, path=path, budget=budget)
+        return True
+
 
 def _go_after(work: Callable[[], object]) -> bytes:
     """The line a command waiting on :meth:`Sandbox.exec`'s ``after`` reads, once it is done."""
