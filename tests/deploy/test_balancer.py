@@ -1,6 +1,6 @@
 """The balancer proof, on this machine: two replicas (each its own server process with its own
-owner, both on the one Docker engine) behind a real HAProxy (tests/_balancer.py: Debian's, on
-127.0.0.1 with ``balance leastconn`` and ``option httpchk GET /ready``).
+owner, both on the one Docker engine) behind a real HAProxy (tests/support/_balancer.py:
+Debian's, on 127.0.0.1 with ``balance leastconn`` and ``option httpchk GET /ready``).
 
 8 concurrent trainer sessions through HAProxy, each a whole episode with an agent edit scoring
 1.0: both replicas serve sessions, 0 wrong rewards, 0 leaked containers. Then one replica gets
@@ -8,7 +8,7 @@ SIGTERM mid-episode: HAProxy marks it down, new sessions all reach the other rep
 drained replica's running episode still finishes with 1.0 before it exits with nothing left.
 And one replica killed with -9: only its session fails, a retry lands on the other, and a replica
 started again on the engine removes the dead one's container.
-Separate engines per replica: tests/test_scale_out.py."""
+Separate engines per replica: tests/deploy/test_scale_out.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from _balancer import TASK, HAProxy, episodes_started, trainer_episode
-from conftest import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
+from _server import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
 
 from harbor_openenv import HarborEnvClient
 

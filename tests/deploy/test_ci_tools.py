@@ -13,14 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _interop import HARBOR_VENV
 from _template_helpers import REPO
 
 pytestmark = pytest.mark.docker
-
-HARBOR_VENV = Path(
-    os.environ.get("HARBOR_OPENENV_HARBOR_VENV")
-    or Path.home() / ".cache" / "harbor-openenv" / "harbor-venv"
-)
 
 
 def compose(config: Path, *args: str) -> subprocess.CompletedProcess:

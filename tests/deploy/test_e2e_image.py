@@ -13,15 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
-    ROOT,
-    TOKEN,
-    add_wheels,
-    build_offline,
-    runtime_containers,
-    serve_image,
-    wait_until,
-)
+from _images import add_wheels, build_offline, serve_image
+from _server import ROOT, TOKEN, runtime_containers, wait_until
 
 from harbor_openenv.client.launch import free_port
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TOKEN, Server, runtime_containers, wait_until
+from _interop import CHROMIUM_ARGS, HARBOR_VENV
+from _server import ROOT, TOKEN, Server, runtime_containers, wait_until
 
 from harbor_openenv.tasks.dataset import Dataset
 from harbor_openenv.tasks.task import TaskKind
@@ -26,18 +26,6 @@ pytestmark = pytest.mark.docker
 EXAMPLE = ROOT / "examples" / "dataset"
 PARITY = ROOT / "scripts" / "parity.py"
 OPENENV = Path(sys.executable).with_name("openenv")
-# Headless Chromium that stays on 127.0.0.1: without the background-networking flags it calls
-# home (updates, sync, QUIC probes).
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def load_parity():
@@ -282,10 +270,7 @@ def test_harbor_compat_agrees_with_harbors_task_model() -> None:
 
     from harbor_openenv.tasks.harbor_rules import config_warnings
 
-    venv = Path(
-        os.environ.get("HARBOR_OPENENV_HARBOR_VENV")
-        or Path.home() / ".cache" / "harbor-openenv" / "harbor-venv"
-    )
+    venv = HARBOR_VENV
     code = (
         "import json, sys\n"
         "from harbor.models.task.config import TaskConfig\n"

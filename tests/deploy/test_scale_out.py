@@ -1,7 +1,8 @@
 """Past one machine, proven on this one: three "nodes", each a Docker engine of its own
-(tests/_engines.py: a ``dockerd`` with its own data root, exec root, containerd and socket) with
-one server replica beside it, behind a real HAProxy (tests/_balancer.py), every replica pulling
-the task's image by digest from a real registry (tests/_registry.py) through ``images.lock``.
+(tests/support/_engines.py: a ``dockerd`` with its own data root, exec root, containerd and
+socket) with one server replica beside it, behind a real HAProxy (tests/support/_balancer.py),
+every replica pulling the task's image by digest from a real registry
+(tests/support/_registry.py) through ``images.lock``.
 
 The module starts all of it once (and always stops it): the registry, ``images push`` of a
 one-task dataset built on the machine's own engine, three fresh engines, a replica per engine
@@ -37,7 +38,7 @@ import pytest
 from _balancer import TASK, HAProxy, episodes_started
 from _engines import Engine, EngineError, engines
 from _registry import RegistryError, env_repo, remove_ours, run_cli, serve_registry
-from conftest import TOKEN, Server, runtime_containers, wait_until
+from _server import TOKEN, Server, runtime_containers, wait_until
 
 from harbor_openenv import HarborEnvClient
 from harbor_openenv.client.launch import free_port

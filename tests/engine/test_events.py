@@ -10,7 +10,7 @@ import uuid
 
 import docker
 import pytest
-from conftest import FIXTURE_TASKS, Server, wait_until
+from _server import FIXTURE_TASKS, Server, wait_until
 
 from harbor_openenv import events
 from harbor_openenv.client import HarborEnvClient

@@ -12,7 +12,7 @@ import uuid
 
 import httpx
 import pytest
-from conftest import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
+from _server import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import docker.errors
 import httpx
 import pytest
-from conftest import FIXTURE_TASKS, Server, runtime_containers, wait_until
+from _server import FIXTURE_TASKS, Server, runtime_containers, wait_until
 
 pytestmark = pytest.mark.docker
 

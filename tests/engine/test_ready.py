@@ -11,7 +11,7 @@ import time
 
 import httpx
 import pytest
-from conftest import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
+from _server import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 

@@ -10,7 +10,7 @@ import shutil
 
 import httpx
 import pytest
-from conftest import FIXTURE_TASKS, Server
+from _server import FIXTURE_TASKS, Server
 from websockets.sync.client import connect
 
 pytestmark = pytest.mark.docker

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
+from _server import FIXTURE_TASKS, TOKEN, Server, runtime_containers, wait_until
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import FIXTURE_TASKS, Server, runtime_containers, wait_until
+from _server import FIXTURE_TASKS, Server, runtime_containers, wait_until
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from _processes import baseline_pids, build_attack, processes
-from conftest import Server, exec_channel_on
+from _server import Server, exec_channel_on
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -219,7 +219,7 @@ SOLUTION = {"solution/solve.sh": "#!/bin/bash\necho 42 > /app/answer.txt\n"}
 
 @pytest.fixture(scope="module")
 def srv(docker_client, tmp_path_factory):
-    from test_hostile_verifier import make_task
+    from .test_hostile_verifier import make_task
 
     root = tmp_path_factory.mktemp("hostile-processes") / "tasks"
     make_task(root, "root", files=SOLUTION)

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import Server, runtime_containers
+from _server import Server, runtime_containers
 
 pytestmark = pytest.mark.docker
 

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
-from conftest import TOKEN, wait_until
+from _server import TOKEN, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from harbor_openenv import HarborEnvClient

@@ -29,7 +29,7 @@ import docker
 
 from harbor_openenv.client.launch import stop_process
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DAEMON_JSON = ROOT / ".ci" / "daemon.json"
 DOCKERD = shutil.which("dockerd") or "/usr/sbin/dockerd"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-ATTACK_SOURCE = Path(__file__).parent / "fixtures" / "hostile" / "attack.c"
+ATTACK_SOURCE = Path(__file__).parents[1] / "fixtures" / "hostile" / "attack.c"
 # Every process of the sandbox but PID 1 and the listing shell (builtins only: it forks nothing).
 _LIST = (
     'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = "$$" ] || echo "$p"; done'

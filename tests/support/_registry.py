@@ -16,7 +16,7 @@ from pathlib import Path
 
 import docker.errors
 import httpx
-from conftest import FIXTURE_TASKS, wait_until
+from _server import FIXTURE_TASKS, wait_until
 
 from harbor_openenv.client.launch import free_port, stop_process
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COPIER = Path(sys.executable).with_name("copier")
 RUNTIME_VERSION = re.search(
     r'__version__ = "([^"]+)"', (REPO / "runtime/src/harbor_openenv/_version.py").read_text()

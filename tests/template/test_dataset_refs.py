@@ -4,6 +4,8 @@ logic only: no Hub is reachable here, so the download functions are stand-ins)."
 
 from __future__ import annotations
 
+from _interop import HARBOR_VENV
+
 import json
 import os
 import shutil
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from _template_helpers import tree_digest, write_task
-from conftest import ROOT
+from _server import ROOT
 
 from harbor_openenv.datasets import sources as refs
 
@@ -287,10 +289,6 @@ def test_sync_to_another_reference_given_on_the_command_line(registry, tmp_path)
     assert "`other@2`" in (dest / "README.md").read_text()
 
 
-HARBOR_VENV = Path(
-    os.environ.get("HARBOR_OPENENV_HARBOR_VENV")
-    or Path.home() / ".cache" / "harbor-openenv" / "harbor-venv"
-)
 
 
 def test_harbor_downloads_the_same_tasks_from_the_same_registry(registry, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from _template_helpers import tree_digest
-from conftest import ROOT
+from _server import ROOT
 
 from harbor_openenv.datasets.manifest import MANIFEST_NAME, read_modes, verify_manifest
 

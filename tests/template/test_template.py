@@ -99,7 +99,7 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
         assert pyproject["project"]["description"] == extra["description"]
 
     manifest = yaml.safe_load((project / "openenv.yaml").read_text())
-    validation = manifest.pop("validation")  # `openenv validate`'s block (tests/test_interop.py)
+    validation = manifest.pop("validation")  # `openenv validate`'s block (tests/deploy/test_interop.py)
     assert validation["capabilities"]["verifier"] == {
         "kind": "script",
         "entry": "tasks/*/tests/test.sh",
@@ -513,7 +513,7 @@ def test_an_update_to_a_release_removes_the_unreleased_runtime_wheels(tmp_path):
     filled = [wheels / "harbor_openenv-0.2.0-py3-none-any.whl", wheels / "numpy-2.0-cp311.whl"]
     for path in (built, *filled):
         path.write_bytes(b"wheel")
-    hook = Path(__file__).resolve().parents[1] / "hooks" / "copy_tasks.py"
+    hook = Path(__file__).resolve().parents[2] / "hooks" / "copy_tasks.py"
     result = subprocess.run(
         [sys.executable, str(hook), "--runtime-wheel-only", "--dest", str(tmp_path)]
         + ["--build-runtime", ""],

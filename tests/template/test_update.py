@@ -27,14 +27,8 @@ from _template_helpers import (
     tree_digest,
     write_task,
 )
-from conftest import (
-    ROOT,
-    TOKEN,
-    add_wheels,
-    build_offline,
-    build_runtime_wheel,
-    serve_image,
-)
+from _server import ROOT, TOKEN
+from _images import add_wheels, build_offline, build_runtime_wheel, serve_image
 
 from harbor_openenv.client.launch import free_port
 

@@ -1,7 +1,7 @@
 """``harbor-openenv wheels``: what it reads, and its one-line refusals (no Docker, no network).
 
 The full fill (114 wheels for the example, then ``docker build --network none``) is walked by
-tests/test_road.py, as the rendered README says to.
+tests/template/test_road.py, as the rendered README says to.
 """
 
 from __future__ import annotations

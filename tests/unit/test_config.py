@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from _server import ROOT
 
 from harbor_openenv.config import Settings
 

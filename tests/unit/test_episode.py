@@ -1,6 +1,6 @@
 """HarborEnvironment and Episode without uvicorn or Docker: a runtime whose sandboxes are fakes
-(tests/_fake_sandbox.py). The real-engine tests (test_runtime_docker.py, test_sessions.py,
-test_hardening.py, ...) stay the proof of what a container does."""
+(tests/support/_fake_sandbox.py). The real-engine tests (tests/engine,
+tests/hostile) stay the proof of what a container does."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from harbor_openenv.server.environment import HarborEnvironment
 from harbor_openenv.tasks.config import EnvironmentConfig
 from harbor_openenv.tasks.task import Task
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 TOKEN = "unit-token"
 

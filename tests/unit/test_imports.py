@@ -76,7 +76,7 @@ def test_server_and_client_skip_gradio_unless_the_web_ui_is_on(tmp_path):
 
 # -- the layers: each subpackage imports only the ones below it --------------------------------
 
-PACKAGE = Path(__file__).resolve().parents[1] / "runtime" / "src" / "harbor_openenv"
+PACKAGE = Path(__file__).resolve().parents[2] / "runtime" / "src" / "harbor_openenv"
 # Bottom to top; a module may import its own layer and the ones before it, never one after.
 LAYERS = [
     {"_version", "_light", "_openenv", "models"},  # the protocol's names (openenv or stand-ins)
@@ -143,3 +143,22 @@ def test_sandbox_base_needs_no_docker_and_tasks_need_only_pydantic():
         """
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_client_extra_names_what_to_install():
+    code = """
+        import sys
+        sys.modules["openenv"] = sys.modules["websockets"] = None
+        import harbor_openenv
+        print(harbor_openenv.HarborAction(command="ls").command)  # the models need pydantic only
+        try:
+            harbor_openenv.HarborEnvClient
+        except ImportError as exc:
+            print(exc)
+        """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "ls"
+    assert "pip install 'harbor-openenv[client]'" in result.stdout

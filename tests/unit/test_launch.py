@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FIXTURE_TASKS
+from _server import FIXTURE_TASKS
 
 from harbor_openenv.client.launch import Server
 
@@ -23,3 +23,16 @@ def test_a_server_that_exits_is_a_runtime_error_with_its_output(tmp_path):
     with pytest.raises(RuntimeError, match="exited with") as raised:
         Server(tmp_path / "no-such-folder")
     assert "no-such-folder" in str(raised.value)
+
+
+def test_health_answers_without_docker(tmp_path):
+    """/health must not touch the engine: point the server at an engine that does not exist."""
+    srv = Server(FIXTURE_TASKS, token="t", DOCKER_HOST=f"unix://{tmp_path}/no-such-docker.sock")
+    try:
+        import httpx
+
+        assert httpx.get(f"{srv.url}/health").json() == {"status": "healthy"}
+        with srv.client() as env:
+            assert "docker" in env.reset(task_id="edit-file").observation.error.lower()
+    finally:
+        srv.stop()

@@ -8,7 +8,7 @@ import sys
 
 import httpx
 import yaml
-from conftest import FIXTURE_TASKS, ROOT, Server
+from _server import FIXTURE_TASKS, ROOT, Server
 
 from harbor_openenv import __version__
 

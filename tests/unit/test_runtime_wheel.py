@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harbor_openenv.sandbox.files import load_script
 
-SCRIPTS = Path(__file__).parents[1] / "runtime/src/harbor_openenv/sandbox/scripts"
+SCRIPTS = Path(__file__).parents[2] / "runtime/src/harbor_openenv/sandbox/scripts"
 
 
 def test_the_wheel_ships_its_type_marker_and_in_container_scripts(runtime_wheel):

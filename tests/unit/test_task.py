@@ -9,7 +9,7 @@ from _task_helpers import make_task, write
 from harbor_openenv.tasks.dataset import Dataset
 from harbor_openenv.tasks.task import TaskKind, strip_canary
 
-FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "tasks"
 
 
 def test_kinds_of_the_fixture_tasks():

@@ -13,7 +13,7 @@ from harbor_openenv.episode.verifier import Verifier, tail_of
 from harbor_openenv.sandbox import ExecResult, Sandbox, TooLargeError
 from harbor_openenv.tasks.dataset import Dataset
 
-TASKS = Path(__file__).resolve().parent / "fixtures" / "tasks"
+TASKS = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
 
 
 def verifier(max_reward_bytes: int = 1024, env: dict[str, str] | None = None) -> Verifier:
