@@ -4,6 +4,7 @@ sandbox and servers on it, and the runtime's wheels. Each layer's own conftest.p
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import os
@@ -121,6 +122,15 @@ def dependency_wheels(docker_client, runtime_wheel) -> Path:
         pytest.fail(f"the base image has Python {version}; build wheels with Python {version}")
     key = hashlib.sha256((ROOT / "runtime" / "pyproject.toml").read_bytes()).hexdigest()[:12]
     folder = CACHE / f"wheels-py{version}-{key}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # One filler at a time: pytest-xdist's workers (and other checkouts' runs) share the cache.
+    with open(CACHE / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _fill_wheels(folder, runtime_wheel)
+    return folder
+
+
+def _fill_wheels(folder: Path, runtime_wheel: Path) -> None:
     if not (folder / ".complete").exists():
         folder.mkdir(parents=True, exist_ok=True)
         subprocess.run(
@@ -136,7 +146,6 @@ def dependency_wheels(docker_client, runtime_wheel) -> Path:
         sdists = [p.name for p in folder.iterdir() if not p.name.endswith((".whl", ".complete"))]
         assert not sdists, f"only wheels install offline without build tools: {sdists}"
         (folder / ".complete").touch()
-    return folder
 
 
 # -- pytest-xdist ----------------------------------------------------------------------------------
