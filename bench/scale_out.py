@@ -1,6 +1,7 @@
-"""Scale-out figures on this machine, in one run, with the parts tests/test_scale_out.py uses:
-three Docker engines of their own (tests/_engines.py), a replica on each pulling the task's image
-by digest from a loopback registry (tests/_registry.py), HAProxy in front (tests/_balancer.py).
+"""Scale-out figures on this machine, in one run, with the parts tests/deploy/test_scale_out.py
+uses: three Docker engines of their own (tests/support/_engines.py), a replica on each pulling the
+task's image by digest from a loopback registry (tests/support/_registry.py), HAProxy in front
+(tests/support/_balancer.py).
 
 Prints:
 

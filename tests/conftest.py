@@ -1,35 +1,30 @@
-"""Shared fixtures: the Docker engine (required, never skipped) and live runtime servers."""
+"""Shared fixtures and options of every layer: the Docker engine (required, never skipped), the
+sandbox and servers on it, and the runtime's wheels. Each layer's own conftest.py marks its tests
+(``pytest -m unit`` and so on); what the tests import lives in tests/support/."""
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import functools
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-
-from harbor_openenv.client import launch
-
-ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".cache"
-FIXTURE_TASKS = ROOT / "tests" / "fixtures" / "tasks"
-TOKEN = "test-orchestration-token"
-# The stand-in base images the fixture Dockerfiles start FROM; .ci/standin-images.sh builds them
-# from debootstrap and tags them with these names where the real images are missing.
-BASE_IMAGES = ("debian:bookworm-slim", "python:3.12-slim")
-
-
-CHANNEL_VARIABLE = "HARBOR_OPENENV_EXEC_CHANNEL"
-AGENT_ACTIONS = ("exec", "read_file", "write_file", "list_dir")
+from _images import build_runtime_wheel, image_python
+from _server import (
+    AGENT_ACTIONS,
+    BASE_IMAGES,
+    CACHE,
+    CHANNEL_VARIABLE,
+    FIXTURE_TASKS,
+    ROOT,
+    Server,
+    exec_channel_on,
+)
 
 
 def pytest_addoption(parser):
@@ -45,10 +40,6 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     # Servers started by the tests inherit this process's environment (launch.Server).
     os.environ[CHANNEL_VARIABLE] = config.getoption("--exec-channel")
-
-
-def exec_channel_on() -> bool:
-    return os.environ.get(CHANNEL_VARIABLE, "1") == "1"
 
 
 @pytest.fixture(scope="session")
@@ -98,13 +89,6 @@ def _has_image(client, name: str) -> bool:
     return True
 
 
-class Server(launch.Server):
-    """A runtime server in its own process, on 127.0.0.1, with the tests' token."""
-
-    def __init__(self, tasks: Path, **env: str) -> None:
-        super().__init__(tasks, token=TOKEN, **env)
-
-
 @pytest.fixture(scope="session")
 def server(docker_client) -> Iterator[Server]:
     """One server over the fixture tasks, shared by the tests that do not restart it."""
@@ -113,56 +97,10 @@ def server(docker_client) -> Iterator[Server]:
     srv.stop()
 
 
-def runtime_containers(client, owner_prefix: str | None = None) -> list:
-    """This runtime's containers, optionally only those of one server process."""
-    # The low-level list, which does not inspect (and 404 on) containers removed meanwhile.
-    containers = client.api.containers(all=True, filters={"label": "harbor-openenv"})
-    if owner_prefix is None:
-        return containers
-    return [
-        c
-        for c in containers
-        if c["Labels"].get("harbor-openenv.owner", "").startswith(owner_prefix)
-    ]
-
-
-def wait_until(predicate, timeout: float = 20, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
-# -- wheels for offline image builds ---------------------------------------------------------------
-
-
-def build_runtime_wheel(runtime_dir: Path, out: Path) -> Path:
-    """A wheel of the runtime package in ``runtime_dir``."""
-    subprocess.run(
-        ["uv", "build", "--wheel", "--out-dir", str(out), str(runtime_dir)],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = out.glob("harbor_openenv-*.whl")
-    return wheel
-
-
 @pytest.fixture(scope="session")
 def runtime_wheel(tmp_path_factory) -> Path:
     """A wheel of the runtime as it is in this checkout."""
     return build_runtime_wheel(ROOT / "runtime", tmp_path_factory.mktemp("runtime-wheel"))
-
-
-def image_python(docker_client, image: str) -> str:
-    output = docker_client.containers.run(
-        image,
-        ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        remove=True,
-        network_mode="none",
-    )
-    return output.decode().strip()
 
 
 @pytest.fixture(scope="session")
@@ -178,6 +116,15 @@ def dependency_wheels(docker_client, runtime_wheel) -> Path:
         pytest.fail(f"the base image has Python {version}; build wheels with Python {version}")
     key = hashlib.sha256((ROOT / "runtime" / "pyproject.toml").read_bytes()).hexdigest()[:12]
     folder = CACHE / f"wheels-py{version}-{key}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # One filler at a time: pytest-xdist's workers (and other checkouts' runs) share the cache.
+    with open(CACHE / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _fill_wheels(folder, runtime_wheel)
+    return folder
+
+
+def _fill_wheels(folder: Path, runtime_wheel: Path) -> None:
     if not (folder / ".complete").exists():
         folder.mkdir(parents=True, exist_ok=True)
         subprocess.run(
@@ -193,58 +140,16 @@ def dependency_wheels(docker_client, runtime_wheel) -> Path:
         sdists = [p.name for p in folder.iterdir() if not p.name.endswith((".whl", ".complete"))]
         assert not sdists, f"only wheels install offline without build tools: {sdists}"
         (folder / ".complete").touch()
-    return folder
 
 
-def add_wheels(source: Path, wheels: Path) -> None:
-    """Put every wheel of ``source`` into a build context's wheels/ as real files."""
-    for wheel in source.glob("*.whl"):
-        try:  # Docker does not follow symlinks out of a build context
-            os.link(wheel, wheels / wheel.name)
-        except FileExistsError:
-            pass
-        except OSError:
-            shutil.copy2(wheel, wheels / wheel.name)
+# -- pytest-xdist ----------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def serve_image(docker_client, image: str, port: int):
-    """Run an environment image on the host network with the Docker socket mounted; yields its
-    URL and container, and stops it with SIGTERM (the server then removes its task containers)."""
-    container = docker_client.containers.run(
-        image,
-        detach=True,
-        network_mode="host",
-        volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}},
-        environment={"HARBOR_OPENENV_ORCHESTRATION_TOKEN": TOKEN},
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{url}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        if not wait_until(healthy, timeout=120, interval=0.5):
-            container.reload()
-            pytest.fail(f"server container not healthy ({container.status}):\n{container.logs()}")
-        yield url, container
-    finally:
-        container.stop(timeout=20)
-        logs = container.logs().decode(errors="replace")
-        container.remove(force=True)
-        print(logs[-2000:])
-
-
-def build_offline(context: Path) -> tuple[str, str]:
-    """``docker build`` with network "none" (only wheels/ can provide packages): tag and log."""
-    tag = f"harbor-openenv-test:{uuid.uuid4().hex[:8]}"
-    result = subprocess.run(
-        ["docker", "build", "--network", "none", "-t", tag, str(context)],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return tag, result.stdout + result.stderr
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items):
+    """Under ``-n N --dist loadgroup``, a module's tests stay on one worker (as ``loadscope``
+    would: its module-scoped sandbox or server starts once), unless a test names its own
+    ``xdist_group``: tests sharing one group run on one worker, one after the other."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

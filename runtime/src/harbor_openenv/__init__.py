@@ -1,6 +1,6 @@
 """Serve Harbor task directories as an OpenEnv environment.
 
-Subpackages by concept, importing downward only (``tests/test_imports.py`` holds it): ``tasks``
+Subpackages by concept, importing downward only (``tests/unit/test_imports.py`` holds it): ``tasks``
 (the task format) and ``datasets`` need only pydantic; ``images``, ``sandbox``, ``episode``,
 ``server`` the server extra; ``client`` the client extra; ``cli`` on top.
 Server and client names load lazily: the client (``HarborEnvClient``, ``agent_tools``, the models)

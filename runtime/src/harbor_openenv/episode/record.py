@@ -23,9 +23,9 @@ format ATIF, ``harbor.models.trajectories``)::
           steps/<step>/agent/trajectory.json, steps/<step>/verifier/...   (multi-step tasks,
                                       instead of agent/ and verifier/, as Harbor lays them out)
 
-``harbor view RECORD_DIR`` (in Harbor's own Python 3.12 venv) shows them. This module never imports
-harbor: it writes plain dicts shaped as Harbor's models, and tests/test_record.py loads the files
-with Harbor's models, in Harbor's venv.
+``harbor view RECORD_DIR`` (in Harbor's own Python 3.12 venv) shows them. This module never
+imports harbor: it writes plain dicts shaped as Harbor's models, and
+tests/deploy/test_record_harbor.py loads the files with Harbor's models, in Harbor's venv.
 
 The API the environment calls (the writing happens on one background thread, never in a step)::
 

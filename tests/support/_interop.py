@@ -1,0 +1,24 @@
+"""Harbor's own venv (.ci/interop-tools.sh installs it), and headless Chromium's flags."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HARBOR_VENV = Path(
+    os.environ.get("HARBOR_OPENENV_HARBOR_VENV")
+    or Path.home() / ".cache" / "harbor-openenv" / "harbor-venv"
+)
+
+# Headless Chromium that stays on 127.0.0.1: without the background-networking flags it calls
+# home (updates, sync, QUIC probes).
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]

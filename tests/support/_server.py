@@ -1,0 +1,55 @@
+"""What every layer's tests share: the checkout's paths, the tests' token, a runtime server in
+its own process, and the runtime's containers on the engine. (tests/support is on sys.path:
+pyproject's pytest ``pythonpath``.)"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from harbor_openenv.client import launch
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".cache"
+FIXTURE_TASKS = ROOT / "tests" / "fixtures" / "tasks"
+TOKEN = "test-orchestration-token"
+# The stand-in base images the fixture Dockerfiles start FROM; .ci/standin-images.sh builds them
+# from debootstrap and tags them with these names where the real images are missing.
+BASE_IMAGES = ("debian:bookworm-slim", "python:3.12-slim")
+
+CHANNEL_VARIABLE = "HARBOR_OPENENV_EXEC_CHANNEL"
+AGENT_ACTIONS = ("exec", "read_file", "write_file", "list_dir")
+
+
+def exec_channel_on() -> bool:
+    return os.environ.get(CHANNEL_VARIABLE, "1") == "1"
+
+
+class Server(launch.Server):
+    """A runtime server in its own process, on 127.0.0.1, with the tests' token."""
+
+    def __init__(self, tasks: Path, **env: str) -> None:
+        super().__init__(tasks, token=TOKEN, **env)
+
+
+def runtime_containers(client, owner_prefix: str | None = None) -> list:
+    """This runtime's containers, optionally only those of one server process."""
+    # The low-level list, which does not inspect (and 404 on) containers removed meanwhile.
+    containers = client.api.containers(all=True, filters={"label": "harbor-openenv"})
+    if owner_prefix is None:
+        return containers
+    return [
+        c
+        for c in containers
+        if c["Labels"].get("harbor-openenv.owner", "").startswith(owner_prefix)
+    ]
+
+
+def wait_until(predicate, timeout: float = 20, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,65 @@
+"""``harbor-openenv wheels``: what it reads, and its one-line refusals (no Docker, no network).
+
+The full fill (114 wheels for the example, then ``docker build --network none``) is walked by
+tests/template/test_road.py, as the rendered README says to.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _template_helpers import run_copier
+
+from harbor_openenv.images.wheels import base_image, requirements
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheels") / "env"
+    run = run_copier(out, "base_image=python:3.12-slim", quiet=True)
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+def wheels(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harbor_openenv.cli.main", "wheels", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_reads_what_the_image_installs(env):
+    pyproject = env / "pyproject.toml"
+    text = pyproject.read_text()
+    pyproject.write_text(text.replace("dependencies = [\n]", 'dependencies = [\n    "numpy"\n]'))
+    try:
+        wanted = requirements(env)
+    finally:
+        pyproject.write_text(text)
+    assert wanted[0] == "numpy" and wanted[1].startswith("harbor-openenv[server]==")
+    assert base_image(env) == "python:3.12-slim"
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--python", "3.99"], "no Python 3.99 here to build the wheels with"),
+        (["--python", "three"], "--python three: give a version like 3.12"),
+    ],
+)
+def test_refusals_are_one_line(env, args, expected):
+    result = wheels("--repo", str(env), *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+def test_not_an_environment_repo(tmp_path):
+    result = wheels("--repo", str(tmp_path), "--python", "3.12")
+    assert result.returncode == 2
+    assert "no pyproject.toml; run this in an environment repo" in result.stderr
