@@ -5,6 +5,7 @@ or container is left behind."""
 
 from __future__ import annotations
 
+import signal
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -174,5 +175,103 @@ def test_eight_branches_at_once(docker_client, tmp_path):
             assert rewards == [float(i % 2) for i in range(8)]
             assert parent.exec("ls branch-*.txt").observation.exit_code != 0
         assert wait_until(lambda: not fork_images(docker_client, srv), 60)
+    finally:
+        srv.stop()
+
+
+ENTRY_DOCKERFILE = textwrap.dedent(
+    """\
+    FROM debian:bookworm-slim
+    RUN useradd -m -u 1234 worker && mkdir /app && chown worker /app \\
+        && printf '#!/bin/sh\\necho started >> /app/.entry.log\\nexec "$@"\\n' > /entry.sh \\
+        && chmod 755 /entry.sh
+    USER worker
+    WORKDIR /app
+    ENTRYPOINT ["/entry.sh"]
+    CMD ["sleep", "infinity"]
+    """
+)
+
+
+def test_a_branch_starts_as_its_task_image_does(docker_client, tmp_path):
+    """The committed image keeps the task image's ENTRYPOINT, CMD, USER and WORKDIR (not the
+    keeper's): the branch's ENTRYPOINT runs again, as the image's user."""
+    root = make_task(tmp_path)
+    (root / TASK / "environment" / "Dockerfile").write_text(ENTRY_DOCKERFILE)
+    srv = Server(root)
+    try:
+        with srv.client() as parent:
+            parent.reset(task_id=TASK)
+            assert parent.exec("id -un; wc -l < .entry.log").observation.output.split() == [
+                "worker",
+                "1",
+            ]
+            parent.exec("echo 42 > answer.txt")
+            (branch,) = parent.fork(1)
+            with branch:
+                (image,) = fork_images(docker_client, srv)
+                config = docker_client.api.inspect_image(image["Id"])["Config"]
+                assert config["Entrypoint"] == ["/entry.sh"]
+                assert config["Cmd"] == ["sleep", "infinity"]
+                assert (config["User"], config["WorkingDir"]) == ("worker", "/app")
+                seen = branch.exec("id -un; wc -l < .entry.log").observation.output.split()
+                assert seen == ["worker", "2"]  # the parent's line, and its own start's
+                assert branch.evaluate().reward == 1.0
+    finally:
+        srv.stop()
+
+
+FORMAT_TASKS = Path(__file__).resolve().parents[1] / "fixtures" / "format"
+
+
+def test_a_multi_step_branch_goes_on_at_the_step_and_compose_is_refused(docker_client):
+    """A fork after step one: the branch is at step two, its instruction and the step's files
+    there, and its reward counts step one's result; a compose task's fork is refused (its
+    sidecars are not forked) and its episode goes on."""
+    srv = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello", HARBOR_OPENENV_MAX_SESSIONS="4")
+    try:
+        with srv.client() as parent:
+            parent.reset(task_id="multi-step")
+            parent.solve()
+            middle = parent.evaluate().observation
+            assert middle.info["step"]["name"] == "two"
+            (branch,) = parent.fork(1)
+            with branch:
+                started = branch.state()
+                assert started.task_id == "multi-step"
+                ls = branch.exec("id -un; cat seed.txt setup-note.txt").observation.output
+                assert ls.split() == ["agent", "seeded", "from-setup"]
+                branch.solve()
+                last = branch.evaluate()
+                assert last.done and last.reward == 1.0, last.observation
+                info = last.observation.info
+                assert [s["name"] for s in info["steps"]] == ["one", "two"]
+                assert [s["reward"] for s in info["steps"]] == [1.0, 1.0]
+            last = parent.evaluate()  # the parent, with step two not done
+            assert last.done and last.reward is not None and last.reward < 1.0
+        with srv.client() as env:
+            env.reset(task_id="compose")
+            refused = env.step(HarborAction(action_type="fork", n=1, token=TOKEN))
+            assert "compose" in refused.observation.error and not refused.done
+            assert env.exec("true").observation.error is None
+        assert not fork_images(docker_client, srv)
+    finally:
+        srv.stop()
+
+
+def test_a_dead_servers_fork_images_are_swept(docker_client, tmp_path):
+    """A server killed with -9 leaves its fork image; the next server's start-up sweep removes
+    it (it carries the dead server's owner label)."""
+    root = make_task(tmp_path)
+    srv = Server(root)
+    try:
+        with srv.client() as env:
+            env.reset(task_id=TASK)
+            assert env.step(HarborAction(action_type="fork", n=1, token=TOKEN)).observation.info
+            assert len(fork_images(docker_client, srv)) == 1
+            srv.stop(signal.SIGKILL)
+        assert len(fork_images(docker_client, srv)) == 1
+        with Server(root):
+            assert wait_until(lambda: not fork_images(docker_client, srv), timeout=60)
     finally:
         srv.stop()
