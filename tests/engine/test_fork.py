@@ -42,7 +42,7 @@ def make_task(root: Path, name: str = TASK) -> Path:
 
 
 def fork_images(client, srv: Server) -> list:
-    images = client.api.images(filters={"label": "harbor-openenv.fork"})
+    images = client.api.images(all=True, filters={"label": "harbor-openenv.fork"})
     return [
         i
         for i in images
@@ -273,5 +273,31 @@ def test_a_dead_servers_fork_images_are_swept(docker_client, tmp_path):
         assert len(fork_images(docker_client, srv)) == 1
         with Server(root):
             assert wait_until(lambda: not fork_images(docker_client, srv), timeout=60)
+    finally:
+        srv.stop()
+
+
+def test_a_branch_forks_too_and_every_image_goes(docker_client, tmp_path):
+    """A fork of a branch (a child of the first fork's image) carries both episodes' files; when
+    all have ended, both images are gone, child first."""
+    srv = Server(make_task(tmp_path))
+    try:
+        with srv.client() as parent:
+            parent.reset(task_id=TASK)
+            parent.write("one.txt", "1")
+            (branch,) = parent.fork(1)
+            with branch:
+                branch.write("two.txt", "2")
+                (grandchild,) = branch.fork(1)
+                with grandchild:
+                    assert digest(grandchild) == digest(branch)
+                    assert grandchild.exec("cat one.txt two.txt").observation.output == "12"
+                    assert len(fork_images(docker_client, srv)) == 2
+                    grandchild.write("answer.txt", "42")
+                    assert grandchild.evaluate().reward == 1.0
+                assert branch.evaluate().reward == 0.0
+        assert wait_until(lambda: not fork_images(docker_client, srv), 60), fork_images(
+            docker_client, srv
+        )
     finally:
         srv.stop()

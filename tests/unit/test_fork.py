@@ -57,6 +57,26 @@ def test_shutdown_removes_the_images_of_unused_ids_not_of_running_branches():
     assert removed == ["unused", "running"]
 
 
+def test_an_image_whose_removal_failed_goes_after_the_next_removal():
+    """A fork of a branch is a child image: its parent's removal waits for it."""
+    removed: list[str] = []
+
+    def remove(image: str) -> None:
+        if image == "parent" and "child" not in removed:
+            raise RuntimeError("image has dependent child images")
+        removed.append(image)
+
+    forks = Forks(remove)
+    parent, child = _point("parent"), _point("child")
+    for point in (parent, child):
+        (ident,) = forks.add(point, 1)
+        forks.take(ident)
+    forks.release(parent)
+    assert removed == []
+    forks.release(child)
+    assert removed == ["child", "parent"]
+
+
 def test_merged_changes_are_against_the_original_image():
     before = [("/app", 0), ("/app/a", 1), ("/etc/x", 0)]
     after = [("/app", 0), ("/app/a", 0), ("/app/b", 1), ("/etc/x", 2)]
@@ -71,8 +91,8 @@ def test_merged_changes_are_against_the_original_image():
 class ForkingRuntime(FakeRuntime):
     """The in-memory runtime whose sandboxes commit to a named image."""
 
-    def __init__(self) -> None:
-        super().__init__(FIXTURES / "tasks")
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(FIXTURES / "tasks", **settings)
         self.removed_images: list[str] = []
 
     def _remove_image(self, image: str) -> None:
@@ -127,3 +147,23 @@ def test_a_branch_is_an_episode_of_the_same_task_from_the_committed_image(forkin
     branch.close()  # its container goes; ids[1] is left, and the image with it
     forking.shutdown()  # ids[1] was never used: its image goes at shutdown
     assert forking.removed_images == ["sha256:fork0"]
+
+
+def test_a_branch_that_cannot_start_keeps_its_id(monkeypatch):
+    """At the session limit the branch's reset fails; its ID starts it once a slot is free."""
+
+    def commit(self: FakeSandbox, labels: Any) -> str:
+        return "sha256:fork"
+
+    monkeypatch.setattr(FakeSandbox, "commit", commit, raising=False)
+    runtime = ForkingRuntime(max_sessions=1)
+    parent, branch = HarborEnvironment(runtime), HarborEnvironment(runtime)
+    parent.reset(task_id="edit-file")
+    (ident,) = act(parent, "fork", n=1, token=TOKEN).info["forks"]
+    full = branch.reset(fork=ident)
+    assert full.done and "limit of 1 sessions" in full.error
+    parent.close()
+    assert branch.reset(fork=ident).error is None
+    branch.close()
+    runtime.shutdown()
+    assert runtime.removed_images == ["sha256:fork"]

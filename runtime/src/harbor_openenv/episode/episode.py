@@ -98,11 +98,12 @@ class Episode:
         return episode
 
     @classmethod
-    def branch(cls, runtime: Runtime, point: ForkPoint) -> Episode:
+    def branch(cls, runtime: Runtime, point: ForkPoint, ident: str) -> Episode:
         """Start a branch of a fork: the fork's task at its step, in a container of the committed
         image started as a task's is (never from, nor refilling, the warm pool); the environment's
         healthcheck runs again (processes were not carried), the step's setup does not (its files
-        were). ``point`` is released when the branch's container is gone."""
+        were). ``point`` is released when the branch's container is gone; its ID ``ident`` is
+        given back if the container cannot start."""
         task = point.task
         envs = resolve_envs(task)
         table = task.config.environment
@@ -118,7 +119,7 @@ class Episode:
                 warm=False,
             )
         except BaseException:
-            runtime.forks.release(point)
+            runtime.forks.give_back(ident, point)
             raise
         episode = cls(runtime, task, sandbox, envs, point.source_image)
         episode.fork_point, episode.inherited = point, point.changes

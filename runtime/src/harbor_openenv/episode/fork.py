@@ -58,6 +58,7 @@ class Forks:
         self._remove_image = remove_image
         self._lock = threading.Lock()
         self._points: dict[str, ForkPoint] = {}  # by unused ID
+        self._deferred: list[str] = []  # images a removal could not take yet (a fork's child)
         self._closed = False
 
     def add(self, point: ForkPoint, n: int) -> list[str]:
@@ -81,6 +82,14 @@ class Forks:
             point.unused.discard(ident)
             point.running += 1
             return point
+
+    def give_back(self, ident: str, point: ForkPoint) -> None:
+        """A branch that could not start (e.g. the server was full): its ID may start it later."""
+        with self._lock:
+            if not self._closed:
+                point.unused.add(ident)
+                self._points[ident] = point
+        self.release(point)
 
     def release(self, point: ForkPoint) -> None:
         """A branch's container is gone (or never started): remove the image if it was the last
@@ -111,7 +120,16 @@ class Forks:
             self._remove(image)
 
     def _remove(self, image: str) -> None:
+        """Remove ``image``, then retry those whose removal failed before: a fork of a branch
+        is a child image of its parent fork's, which cannot go before it."""
         try:
             self._remove_image(image)
-        except Exception as exc:  # the sweep at shutdown or restart tries again
-            log.warning("removing the fork image %s failed: %s", image[:19], exc)
+        except Exception as exc:  # retried after the next removal; the sweep tries again too
+            log.info("the fork image %s stays for now: %s", image[:19], exc)
+            with self._lock:
+                self._deferred.append(image)
+            return
+        with self._lock:
+            retry, self._deferred = self._deferred, []
+        for waiting in retry:
+            self._remove(waiting)

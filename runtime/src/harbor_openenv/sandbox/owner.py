@@ -136,19 +136,25 @@ def remove_fork_images(
 ) -> int:
     """Remove the images forks committed (``owner``'s, or any) whose labels ``judge`` condemns;
     how many went. One still used by a container (409) is kept for a later sweep."""
-    removed = 0
     labels = [LABEL_FORK] + ([f"{LABEL_OWNER}={owner}"] if owner else [])
-    for info in client.api.images(filters={"label": labels}):
-        if not judge(info.get("Labels") or {}):
-            continue
-        try:
-            client.api.remove_image(info["Id"], force=False)
-            removed += 1
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:
-                raise
+    found = client.api.images(all=True, filters={"label": labels})  # all: a parent fork too
+    pending = [info["Id"] for info in found if judge(info.get("Labels") or {})]
+    removed, progress = 0, True
+    # A fork of a branch is a child of its parent fork's image, which waits for it (409): again
+    # while a pass removed something.
+    while pending and progress:
+        waiting = []
+        for image in pending:
+            try:
+                client.api.remove_image(image, force=False)
+                removed += 1
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+                waiting.append(image)
+        progress, pending = len(waiting) < len(pending), waiting
     return removed
 
 

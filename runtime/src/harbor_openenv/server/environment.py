@@ -139,7 +139,7 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
                     return self._fail("reset", str(exc), done=True)
                 task = point.task
                 self._state.task_id = task.id
-                episode = self._episode = Episode.branch(self._runtime, point)
+                episode = self._episode = Episode.branch(self._runtime, point, str(fork))
             else:
                 chosen = self._runtime.catalog.pick(
                     task_id=task_id,
