@@ -5,6 +5,7 @@ or container is left behind."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
@@ -299,5 +300,26 @@ def test_a_branch_forks_too_and_every_image_goes(docker_client, tmp_path):
         assert wait_until(lambda: not fork_images(docker_client, srv), 60), fork_images(
             docker_client, srv
         )
+    finally:
+        srv.stop()
+
+
+def test_fork_from_async_code(docker_client, tmp_path):
+    """Inside an event loop ``fork`` is awaited, as every client method is."""
+    srv = Server(make_task(tmp_path))
+
+    async def main() -> list[str]:
+        async with HarborEnvClient(srv.url, orchestration_token=TOKEN) as env:
+            await env.reset(task_id=TASK)
+            await env.write("answer.txt", "42")
+            branches = await env.fork(2)
+            seen = []
+            for branch in branches:
+                seen.append((await branch.read("answer.txt")).observation.output)
+                await branch.close()
+            return seen
+
+    try:
+        assert asyncio.run(main()) == ["42", "42"]
     finally:
         srv.stop()
