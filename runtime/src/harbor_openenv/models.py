@@ -9,13 +9,14 @@ from pydantic import ConfigDict, Field
 
 from ._openenv import Action, Observation, State
 
-ORCHESTRATION_ACTIONS = ("evaluate", "solve")
+ORCHESTRATION_ACTIONS = ("evaluate", "solve", "fork")
+MAX_FORKS = 16  # the most branches one fork action makes
 
 
 class HarborAction(Action):
-    """exec/read/write/list are the agent's actions; evaluate/solve are the trainer's."""
+    """exec/read/write/list are the agent's actions; evaluate/solve/fork are the trainer's."""
 
-    action_type: Literal["exec", "read", "write", "list", "evaluate", "solve"] = "exec"
+    action_type: Literal["exec", "read", "write", "list", "evaluate", "solve", "fork"] = "exec"
     command: str | None = Field(default=None, description="exec: a bash command")
     path: str | None = Field(default=None, description="read/write/list: inside the workdir")
     content: str | None = Field(default=None, description="write: the file's new content")
@@ -23,7 +24,12 @@ class HarborAction(Action):
         default="utf-8", description="write: how content is encoded"
     )
     timeout_s: float | None = Field(default=None, gt=0, description="exec: seconds, server-capped")
-    token: str | None = Field(default=None, description="evaluate/solve: the orchestration token")
+    token: str | None = Field(
+        default=None, description="evaluate/solve/fork: the orchestration token"
+    )
+    n: int | None = Field(
+        default=None, ge=1, le=MAX_FORKS, description="fork: how many branches (default 1)"
+    )
 
 
 # The action as the server holds it: the token is read, never written back out. OpenEnv's web
@@ -39,7 +45,7 @@ class ServedAction(HarborAction):
         default=None,
         exclude=True,
         repr=False,
-        description="evaluate/solve: the orchestration token",
+        description="evaluate/solve/fork: the orchestration token",
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import inspect
 from typing import Any
 
 from harbor_openenv._openenv import EnvClient, StepResult
@@ -28,6 +30,12 @@ class HarborEnvClient(EnvClient[HarborAction, HarborObservation, HarborState]):
     ) -> None:
         super().__init__(base_url, message_timeout_s=message_timeout_s, **kwargs)
         self._token = orchestration_token
+        self._options: dict[str, Any] = {
+            "base_url": base_url,
+            "orchestration_token": orchestration_token,
+            "message_timeout_s": message_timeout_s,
+            **kwargs,
+        }
 
     def exec(self, command: str, timeout_s: float | None = None) -> Any:
         return self.step(HarborAction(action_type="exec", command=command, timeout_s=timeout_s))
@@ -49,6 +57,39 @@ class HarborEnvClient(EnvClient[HarborAction, HarborObservation, HarborState]):
         """Run the task's oracle (solution/solve.sh)."""
         return self.step(HarborAction(action_type="solve", token=self._token))
 
+    def fork(self, n: int = 1) -> Any:
+        """Fork the running episode into ``n`` branches: the fork action (with this client's
+        token), then one new client per branch, connected to the same server and reset with
+        ``fork=ID``; returns them (an awaitable of them inside a running event loop). Each branch
+        is a session of its own: close it when done. Raises RuntimeError if the fork is refused;
+        a branch whose reset failed is closed and the others too, then RuntimeError."""
+        result = self.step(HarborAction(action_type="fork", n=n, token=self._token))
+        if inspect.isawaitable(result):
+            return self._fork_async(result)
+        branches = [type(self)(**self._options) for _ in _fork_ids(result)]
+        try:
+            for branch, ident in zip(branches, _fork_ids(result), strict=True):
+                _check_branch(ident, branch.reset(fork=ident))
+        except BaseException:
+            for branch in branches:
+                branch.close()
+            raise
+        return branches
+
+    async def _fork_async(self, pending: Any) -> builtins.list[HarborEnvClient]:
+        ids = _fork_ids(await pending)
+        branches = [type(self)(**self._options) for _ in ids]
+        try:
+            for branch, ident in zip(branches, ids, strict=True):
+                _check_branch(ident, await branch.reset(fork=ident))
+        except BaseException:
+            for branch in branches:
+                closed = branch.close()
+                if inspect.isawaitable(closed):
+                    await closed
+            raise
+        return branches
+
     def _step_payload(self, action: HarborAction) -> dict[str, Any]:
         payload: dict[str, Any] = action.model_dump(exclude_none=True, exclude={"metadata"})
         return payload
@@ -69,10 +110,25 @@ class HarborEnvClient(EnvClient[HarborAction, HarborObservation, HarborState]):
         return state
 
 
+def _fork_ids(result: StepResult[HarborObservation]) -> list[str]:
+    """The branch IDs a fork action answered, or RuntimeError with its error."""
+    observation = result.observation
+    ids = observation.info.get("forks")
+    if observation.error or not isinstance(ids, list):
+        raise RuntimeError(f"fork refused: {observation.error or 'no fork IDs in the answer'}")
+    return [str(ident) for ident in ids]
+
+
+def _check_branch(ident: str, result: StepResult[HarborObservation]) -> None:
+    if result.observation.error:
+        raise RuntimeError(f"the branch {ident} did not start: {result.observation.error}")
+
+
 def agent_tools() -> list[dict[str, Any]]:
     """The agent's tools (exec, read, write) in the JSON-schema form LLM tool calling uses.
 
-    evaluate and solve are deliberately absent: grading and solving are the trainer's business.
+    evaluate, solve and fork are deliberately absent: grading, solving and forking are the
+    trainer's business.
     """
 
     def tool(

@@ -8,18 +8,21 @@ end, hands its sandbox back to the runtime.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from harbor_openenv.episode import tamper
+from harbor_openenv.episode.fork import ForkPoint, merge_changes
 from harbor_openenv.episode.record import EpisodeRecord
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier
 from harbor_openenv.helper import contract
 from harbor_openenv.models import HarborObservation
 from harbor_openenv.sandbox import Sandbox, SandboxError
+from harbor_openenv.sandbox.owner import LABEL, LABEL_FORK, LABEL_OWNER
 from harbor_openenv.tasks.config import StepConfig, verifier_mode
 from harbor_openenv.tasks.env_vars import Envs, resolve_envs
 from harbor_openenv.tasks.reward import VERIFIER_DIR, scalar
@@ -67,6 +70,8 @@ class Episode:
         self.verifier_dirs_used = False  # /tests and /logs/verifier hold the last verifier's
         self.record: EpisodeRecord | None = None  # HARBOR_OPENENV_RECORD_DIR's trial, if on
         self.outcome: Outcome | None = None  # how the last evaluate ended the episode
+        self.fork_point: ForkPoint | None = None  # what a branch started from (None: a task's)
+        self.inherited: list[tuple[str, int]] | None = None  # a branch's parent's changes
 
     @classmethod
     def start(cls, runtime: Runtime, task: Task) -> Episode:
@@ -92,7 +97,67 @@ class Episode:
             raise
         return episode
 
-    def _ready(self) -> None:
+    @classmethod
+    def branch(cls, runtime: Runtime, point: ForkPoint, ident: str) -> Episode:
+        """Start a branch of a fork: the fork's task at its step, in a container of the committed
+        image started as a task's is (never from, nor refilling, the warm pool); the environment's
+        healthcheck runs again (processes were not carried), the step's setup does not (its files
+        were). ``point`` is released when the branch's container is gone; its ID ``ident`` is
+        given back if the container cannot start."""
+        task = point.task
+        envs = resolve_envs(task)
+        table = task.config.environment
+        try:
+            sandbox = runtime.launch(
+                task,
+                point.image,
+                table,
+                env=envs.environment,
+                compose=False,
+                network_mode=table.network_mode,
+                pooled=True,
+                warm=False,
+            )
+        except BaseException:
+            runtime.forks.give_back(ident, point)
+            raise
+        episode = cls(runtime, task, sandbox, envs, point.source_image)
+        episode.fork_point, episode.inherited = point, point.changes
+        episode.step_index = point.step_index
+        episode.step_metrics = list(point.step_metrics)
+        episode.step_info = copy.deepcopy(point.step_info)
+        try:
+            episode._ready(prepare=False)
+        except BaseException:
+            episode.end()
+            raise
+        return episode
+
+    def fork(self, n: int) -> list[str]:
+        """Commit this episode's filesystem (not its processes) for ``n`` branches; their IDs.
+        The episode goes on unchanged."""
+        if self.task.compose_file is not None:
+            raise ActionError(
+                "fork: a compose task cannot be forked (its sidecars, the other services, would"
+                " not be)"
+            )
+        runtime, sandbox = self.runtime, self.sandbox
+        changes = sandbox.changes()
+        if changes is not None and self.inherited is not None:
+            changes = merge_changes(self.inherited, changes)
+        image = sandbox.commit({LABEL: "1", LABEL_OWNER: runtime.owner, LABEL_FORK: "1"})
+        point = ForkPoint(
+            image,
+            self.task,
+            self.image,
+            self.step_index,
+            list(self.step_metrics),
+            copy.deepcopy(self.step_info),
+            changes,
+        )
+        return runtime.forks.add(point, n)
+
+    def _ready(self, *, prepare: bool = True) -> None:
         config, sandbox = self.task.config, self.sandbox
         limit = self.runtime.disk_limit(config.environment)
         if limit:
@@ -100,7 +165,7 @@ class Episode:
         where = f"{self.task.id}/task.toml: [environment.healthcheck]"
         if config.environment.healthcheck is not None:
             sandbox.healthcheck(config.environment.healthcheck, user=None, where=where)
-        if config.steps:
+        if config.steps and prepare:
             self.prepare_step()
         if config.steps or config.environment.healthcheck:
             # The baseline, once: what runs now is the environment's; nothing started later
@@ -273,6 +338,8 @@ class Episode:
             return {"error": str(exc)}
         if changes is None:
             return None
+        if self.inherited is not None:  # a branch: what its parent changed before the fork too
+            changes = merge_changes(self.inherited, changes)
         report = tamper.classify(changes, self.sandbox.workdir)
         for kind, count in report.counts.items():
             if count:
@@ -362,4 +429,13 @@ class Episode:
         if self.record is not None:
             self.record.finish()
         self.runtime.disk.forget(self.sandbox)
-        self.runtime.discard(self.sandbox, self.runtime.pool.ending())
+        ending, point = self.runtime.pool.ending(), self.fork_point
+        if point is None:
+            self.runtime.discard(self.sandbox, ending)
+            return
+
+        def then() -> None:  # a branch's container is gone: its fork's image may go too
+            ending()
+            self.runtime.forks.release(point)
+
+        self.runtime.discard(self.sandbox, then)

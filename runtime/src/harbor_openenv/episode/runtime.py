@@ -19,6 +19,7 @@ import docker.errors
 from harbor_openenv.config import Settings
 from harbor_openenv.datasets.manifest import MANIFEST_NAME, verify_manifest
 from harbor_openenv.episode.disk import DiskGuard
+from harbor_openenv.episode.fork import Forks
 from harbor_openenv.episode.metrics import Metrics, Snapshot
 from harbor_openenv.episode.pool import ContainerPool
 from harbor_openenv.episode.record import Recorder
@@ -80,6 +81,7 @@ class Runtime:
         self._unreset = 0  # of those, the ones that have not sent a reset yet
         self.draining = threading.Event()  # set by SIGTERM's drain: no new session or episode
         self.metrics = Metrics(self.snapshot)
+        self.forks = Forks(self._remove_image)  # the fork points and their committed images
 
     # -- sessions, readiness, drain ------------------------------------------------------------
 
@@ -211,17 +213,19 @@ class Runtime:
         compose: bool,
         network_mode: str,
         pooled: bool = False,
+        warm: bool = True,
     ) -> Sandbox:
         """Start a task environment: one container, or the compose project around ``main``.
 
         ``pooled``: an episode's own environment, which counts against the warm pool's limit
         until the pool is told it ended; a container (not a compose project) then comes from the
-        pool if one is ready.
+        pool if one is ready (``warm`` False: never, nor does the pool keep ``image`` warm: a
+        fork's branch).
         """
         spec = self.spec(image, table, env, network_mode)
         if not compose:
             start = functools.partial(self.backend.start, spec, task_id=task.id)
-            return self.pool.acquire(spec, start) if pooled else start()
+            return self.pool.acquire(spec if warm else None, start) if pooled else start()
         assert task.compose_file is not None
         project = ComposeSpec(
             task.compose_file,
@@ -296,6 +300,15 @@ class Runtime:
         image = self.task_image(task)
         self.pool.want(self.spec(image, table, env, table.network_mode))
 
+    def _remove_image(self, image: str) -> None:
+        """Remove a fork's committed image (gone already: nothing to do)."""
+        try:
+            self.docker.api.remove_image(image, force=False)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"removing the image {image[:19]} failed: {exc}") from None
+
     def discard(self, sandbox: Sandbox, then: Callable[[], None]) -> None:
         """Remove an ended episode's container in the background, so the step that ended the
         episode answers first; ``then`` runs once it is gone. Shutdown waits for every removal."""
@@ -322,6 +335,7 @@ class Runtime:
         self.metrics.close()
         self.disk.close()
         self.pool.close()
+        self.forks.close()
         if self._docker is None:
             return 0
         return remove_containers(self._docker, owner=self.owner)

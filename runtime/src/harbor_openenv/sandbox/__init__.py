@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .docker import DockerSandbox
     from .owner import (
         LABEL,
+        LABEL_FORK,
         LABEL_OWNER,
         LABEL_TASK,
         owner_alive,
@@ -33,6 +34,7 @@ _LAZY = {
     **dict.fromkeys(
         [
             "LABEL",
+            "LABEL_FORK",
             "LABEL_OWNER",
             "LABEL_TASK",
             "owner_alive",
@@ -47,6 +49,7 @@ _LAZY = {
 
 __all__ = [
     "LABEL",
+    "LABEL_FORK",
     "LABEL_OWNER",
     "LABEL_TASK",
     "ComposeSandbox",

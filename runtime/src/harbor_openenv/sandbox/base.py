@@ -183,6 +183,12 @@ class Sandbox(AgentFiles):
         backend cannot tell."""
         return None
 
+    def commit(self, labels: Mapping[str, str]) -> str:
+        """Commit the environment's filesystem to a new image labelled ``labels`` (processes are
+        not carried) that starts as the environment's own image does; its id. Raises
+        :class:`SandboxError` where the backend cannot."""
+        raise SandboxError(f"this backend ({type(self).__name__}) cannot fork an environment")
+
     def open_channel(self, user: str) -> Channel | None:
         """A new exec channel running as ``user`` (:mod:`.channel`); None: this backend has none.
         Raises :class:`SandboxError` when it cannot start."""

@@ -18,7 +18,7 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, cast
 
 import docker
@@ -203,6 +203,31 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot list the container's changes: {exc}") from None
         return [(str(entry["Path"]), int(entry["Kind"])) for entry in found]
+
+    def commit(self, labels: Mapping[str, str]) -> str:
+        """``docker commit`` of the container's writable layer (paused meanwhile), with the
+        configuration of the container's own image put back where the keeper overrode it
+        (Entrypoint, Cmd, User, WorkingDir), so a container of the new image starts as one of
+        that image does; ``labels`` join the image's."""
+        api = _private_api(self._client)
+        try:
+            source = cast(str, self.container.attrs["Image"])
+            config = api.inspect_image(source).get("Config") or {}
+            # An absent (null) Entrypoint or empty Cmd would keep the container's, the keeper's:
+            # [] says "none"; the runtime ignores Cmd without an ENTRYPOINT, so "sh" stands in.
+            entrypoint = config.get("Entrypoint") or []
+            command = config.get("Cmd") or (None if entrypoint else ["sh"])
+            conf = {
+                "Entrypoint": entrypoint,
+                "Cmd": command,
+                "User": config.get("User") or "0",  # "" would keep the keeper's root: the same
+                "WorkingDir": config.get("WorkingDir") or "/",
+                "Labels": {**(config.get("Labels") or {}), **labels},
+            }
+            made = api.commit(self.container.id, conf=conf, pause=True)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"committing {self.name} failed: {exc.explanation or exc}") from None
+        return cast(str, made["Id"])
 
     def ask_keeper(self, request: str, *, timeout_s: float) -> str:
         """One line to PID 1's standard input, its answer from its standard output, over an

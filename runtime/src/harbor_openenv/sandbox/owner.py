@@ -12,6 +12,7 @@ import re
 import shutil
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -20,6 +21,7 @@ import docker.errors
 LABEL = "harbor-openenv"
 LABEL_OWNER = "harbor-openenv.owner"
 LABEL_TASK = "harbor-openenv.task"
+LABEL_FORK = "harbor-openenv.fork"  # an image a fork committed (with LABEL_OWNER: its server's)
 SCRATCH_PREFIX = "harbor-openenv-compose-"  # a compose project's files, in the temporary folder
 _SCRATCH_OWNER = "owner"  # inside it: the identity of the server that made it
 _CONTAINER_ID = re.compile(r"/containers/([0-9a-f]{64})/hostname$")
@@ -86,8 +88,9 @@ def owner_alive(client: docker.DockerClient, owner: str) -> bool:
 def remove_containers(client: docker.DockerClient, *, owner: str | None = None) -> int:
     """Remove this runtime's containers: ``owner``'s, or (None) those whose owner is dead.
 
-    Networks and volumes carrying the labels (compose projects') go too, after their containers.
-    Returns the number of containers removed.
+    Networks and volumes carrying the labels (compose projects') go too, after their containers,
+    and so do the images forks committed (:data:`LABEL_FORK`). Returns the number of containers
+    removed.
     """
     filters = {"label": [LABEL] + ([f"{LABEL_OWNER}={owner}"] if owner else [])}
     alive: dict[str, bool] = {}
@@ -124,6 +127,34 @@ def remove_containers(client: docker.DockerClient, *, owner: str | None = None) 
                 except docker.errors.APIError as exc:  # still in use by a live container
                     if exc.status_code != 409:
                         raise
+    remove_fork_images(client, dead, owner=owner)
+    return removed
+
+
+def remove_fork_images(
+    client: docker.DockerClient, judge: Callable[[dict[str, str]], bool], *, owner: str | None
+) -> int:
+    """Remove the images forks committed (``owner``'s, or any) whose labels ``judge`` condemns;
+    how many went. One still used by a container (409) is kept for a later sweep."""
+    labels = [LABEL_FORK] + ([f"{LABEL_OWNER}={owner}"] if owner else [])
+    found = client.api.images(all=True, filters={"label": labels})  # all: a parent fork too
+    pending = [info["Id"] for info in found if judge(info.get("Labels") or {})]
+    removed, progress = 0, True
+    # A fork of a branch is a child of its parent fork's image, which waits for it (409): again
+    # while a pass removed something.
+    while pending and progress:
+        waiting = []
+        for image in pending:
+            try:
+                client.api.remove_image(image, force=False)
+                removed += 1
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+                waiting.append(image)
+        progress, pending = len(waiting) < len(pending), waiting
     return removed
 
 

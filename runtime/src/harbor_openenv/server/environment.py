@@ -1,8 +1,10 @@
 """The OpenEnv environment: one episode is one task in one container.
 
 The agent acts with exec/read/write/list inside the task's working directory. The trainer's
-orchestration actions, evaluate (run the task's verifier and end the episode) and solve (run the
-oracle), need the server's orchestration token and never appear in the agent's tool schema.
+orchestration actions, evaluate (run the task's verifier and end the episode), solve (run the
+oracle) and fork (commit the episode's files for branches, which new sessions start with
+``reset(fork=ID)``), need the server's orchestration token and never appear in the agent's tool
+schema.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from harbor_openenv._openenv import Environment, EnvironmentMetadata
 from harbor_openenv.episode import actions, oracle
 from harbor_openenv.episode.episode import ActionError, Episode, Outcome
+from harbor_openenv.episode.fork import ForkError
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.events import Timer, event
 from harbor_openenv.images.resolver import ImageError
@@ -40,7 +43,13 @@ _HANDLERS: dict[str, Handler] = {
     "list": actions.list_dir,
     "evaluate": lambda episode, _: episode.evaluate(),
     "solve": oracle.solve,
+    "fork": lambda episode, action: episode.observe(
+        "fork", info={"forks": episode.fork(action.n or 1)}
+    ),
 }
+# The orchestration actions during which /tests or /solution may be staged: one that fails ends
+# the episode. (A fork that fails leaves its episode as it was.)
+_STAGING = ("evaluate", "solve")
 _EXPECTED = (DatasetError, ImageError, SandboxError)  # the task's or the engine's, not a bug
 _CLOSED = (
     "this session has been closed (idle longer than HARBOR_OPENENV_SESSION_TIMEOUT_S, or the"
@@ -89,12 +98,13 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         task_id: str | None = None,
         index: int | None = None,
         split: str | None = None,
+        fork: str | None = None,
         **_: object,
     ) -> HarborObservation:
         """Start an episode on ``task_id``, or the ``index``-th task (of ``split``, default all),
-        or one drawn with ``seed``."""
+        or one drawn with ``seed``; or ``fork``: the branch of a fork action's ID (its task)."""
         self._timer = Timer()
-        observation = self._reset(seed, episode_id, task_id, index, split)
+        observation = self._reset(seed, episode_id, task_id, index, split, fork)
         metrics = self._runtime.metrics
         metrics.action_seconds.labels("reset").observe(self._timer.elapsed)
         if self._episode is not None:
@@ -110,6 +120,7 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         task_id: str | None,
         index: int | None,
         split: str | None,
+        fork: str | None = None,
     ) -> HarborObservation:
         if self._closed:
             return self._fail("reset", _CLOSED, done=True)
@@ -121,19 +132,28 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
             episode_id=episode_id or str(uuid.uuid4()), task_count=len(dataset)
         )
         try:
-            chosen = self._runtime.catalog.pick(
-                task_id=task_id,
-                split=split,
-                index=index,
-                seed=seed,
-                default=self._runtime.settings.default_task,
-            )
-            task = dataset[chosen]
-            self._state.task_id = task.id
-            problem = task.refusal or self._runtime.check_files(task)
-            if problem:
-                return self._fail("reset", problem, done=True)
-            episode = self._episode = Episode.start(self._runtime, task)
+            if fork is not None:
+                try:
+                    point = self._runtime.forks.take(str(fork))
+                except ForkError as exc:
+                    return self._fail("reset", str(exc), done=True)
+                task = point.task
+                self._state.task_id = task.id
+                episode = self._episode = Episode.branch(self._runtime, point, str(fork))
+            else:
+                chosen = self._runtime.catalog.pick(
+                    task_id=task_id,
+                    split=split,
+                    index=index,
+                    seed=seed,
+                    default=self._runtime.settings.default_task,
+                )
+                task = dataset[chosen]
+                self._state.task_id = task.id
+                problem = task.refusal or self._runtime.check_files(task)
+                if problem:
+                    return self._fail("reset", problem, done=True)
+                episode = self._episode = Episode.start(self._runtime, task)
             instruction = episode.instruction
             if self._runtime.recorder is not None:
                 record = self._runtime.recorder.start(task.id, instruction, self._state.episode_id)
@@ -147,12 +167,14 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
             image=episode.image,
             episode=self._state.episode_id,
             seconds=self._timer.seconds,
+            fork=fork,
         )
         config = task.config
         return episode.observe(
             "reset",
             instruction=instruction,
             info={
+                **({"fork": fork} if fork is not None else {}),
                 **episode.step_fields(),
                 "exec_timeout_s": self._runtime.settings.exec_timeout_s,
                 "metadata": config.metadata,
@@ -228,7 +250,7 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         if kind == "reset":  # never leave a half-started episode
             self._end_episode()
             return self._fail(kind, str(exc) if expected else f"reset failed: {exc!r}", done=True)
-        if kind in ORCHESTRATION_ACTIONS:
+        if kind in _STAGING:
             # Whatever went wrong while /tests or /solution may be staged, the agent never acts
             # in this container again: the episode ends without a reward.
             episode = self._episode
