@@ -17,68 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 from _interop import CHROMIUM_ARGS, HARBOR_VENV
+from _records import record_episodes, recorder
 from _server import FIXTURE_TASKS, Server, wait_until
 
 from harbor_openenv.client.launch import free_port, stop_process
-from harbor_openenv.config import Settings
-from harbor_openenv.episode.record import (
-    Recorder,
-)
-
-NO_REWARD = (
-    "the verifier wrote no reward: neither /logs/verifier/reward.json nor"
-    " /logs/verifier/reward.txt exists"
-)
-
-
-def recorder(tmp_path: Path) -> Recorder:
-    found = Recorder.from_settings(Settings(record_dir=tmp_path / "rollouts"))
-    assert found is not None
-    return found
-
-
-def record_episodes(rec: Recorder) -> dict[str, Path]:
-    """Three episodes: single-step rewarded, multi-step with two verified steps, no reward."""
-    one = rec.start("hello-world", "Write hello.txt saying Hello, world!", "episode-1")
-    one.step(
-        {"action_type": "exec", "command": "ls -la", "token": None, "metadata": {}},
-        {"output": "total 0\n", "exit_code": 0},
-    )
-    one.step(
-        {"action_type": "write", "path": "hello.txt", "content": "Hello, world!\n"},
-        {"output": "", "exit_code": None},
-    )
-    one.step(
-        {"action_type": "evaluate", "token": "s3cret-token"},
-        {"output": "1 passed", "reward": 1.0, "done": True},
-    )
-    one.verified(None, 1.0, {"reward": 1.0}, "test_hello PASSED\n1 passed", None)
-    one.finish()
-
-    two = rec.start("two-steps", "Step one: create a.txt", "episode-2")
-    two.step({"action_type": "exec", "command": "touch a.txt"}, {"output": "", "exit_code": 0})
-    two.verified("create", 1.0, {"reward": 1.0}, "a.txt exists", None)
-    # the evaluate's observation arrives after verified(): it opens the second step
-    two.step(
-        {"action_type": "evaluate", "token": "s3cret-token"},
-        {"output": "a.txt exists", "instruction": "Step two: fill a.txt", "done": False},
-    )
-    two.step(
-        {"action_type": "exec", "command": "echo half > a.txt"}, {"output": "", "exit_code": 0}
-    )
-    two.step({"action_type": "read", "path": "a.txt"}, {"output": "half\n", "exit_code": None})
-    two.verified("fill", 0.5, {"reward": 0.5, "lines": 1.0}, "a.txt is half full", None)
-    two.verified(None, 0.75, {"reward": 0.75, "lines": 0.5}, "", None)
-    two.finish()
-
-    three = rec.start("broken-verifier", "Do anything", "episode-3")
-    three.step(
-        {"action_type": "exec", "command": "false"}, {"output": "", "exit_code": 1, "error": None}
-    )
-    three.verified(None, None, {}, "test.sh: line 3: oops\n", NO_REWARD)
-    three.finish()
-    rec.flush()
-    return {"single": one.trial_dir, "multi": two.trial_dir, "none": three.trial_dir}
 
 
 def load(path: Path):

@@ -10,20 +10,17 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import docker.errors
-import httpx
 import pytest
+from _serve import CLI, _serve, _stop
 from _server import FIXTURE_TASKS, ROOT, runtime_containers, wait_until
 
-from harbor_openenv.client.launch import free_port
 from harbor_openenv.sandbox import server_scope
 
-CLI = [sys.executable, "-m", "harbor_openenv.cli.main"]
 FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
 
 
@@ -183,42 +180,6 @@ def test_check_removes_its_containers_on_ctrl_c(docker_client, check_dataset, si
 
 
 # -- serve ---------------------------------------------------------------------------------------
-
-
-def _serve(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
-    """``harbor-openenv serve`` on the fixture tasks, healthy; returns the process and port."""
-    port = free_port()
-    environ = {k: v for k, v in os.environ.items() if k != "HARBOR_OPENENV_ORCHESTRATION_TOKEN"}
-    process = subprocess.Popen(
-        [*CLI, "serve", str(FIXTURE_TASKS), "--port", str(port), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**environ, **(env or {})},
-    )
-
-    def healthy() -> bool:
-        assert process.poll() is None, process.stdout.read()
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        assert wait_until(healthy, 60)
-    except BaseException:
-        process.kill()
-        process.wait()
-        raise
-    return process, port
-
-
-def _stop(process: subprocess.Popen) -> str:
-    process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate(timeout=60)
-    # uvicorn shuts down gracefully, then re-raises the signal it caught.
-    assert process.returncode in (0, -signal.SIGTERM), output
-    return output
 
 
 def test_serve_reads_the_token_from_a_file_and_keeps_it_out_of_ps(docker_client, tmp_path):
