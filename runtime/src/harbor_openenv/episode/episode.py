@@ -278,11 +278,13 @@ class Episode:
                 alongside=report,
             )
         elif self.pristine:
-            verdict = verifier.verify_pristine(
+            verdict = verifier.verify_separately(
                 self.sandbox,
                 self._pristine_sandbox,
-                max_bytes=settings.max_artifact_bytes,
+                last=False,  # the agent's environment goes on: the fresh one only grades
+                max_artifact_bytes=settings.max_artifact_bytes,
                 alongside=report,
+                workdir=True,
             )
         else:
             self.verifier_dirs_used = True

@@ -10,6 +10,7 @@ over.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import posixpath
@@ -17,6 +18,7 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import IO
 
 from harbor_openenv.episode import artifacts
 from harbor_openenv.helper import contract
@@ -145,65 +147,44 @@ class Verifier:
         last: bool,
         max_artifact_bytes: int,
         alongside: Callable[[], object] | None = None,
+        workdir: bool = False,
     ) -> Verdict:
-        """Stop the agent, run ``alongside`` on its stopped environment, copy its artifacts out,
+        """Stop the agent, run ``alongside`` on its stopped environment, copy its artifacts out
+        (and, with ``workdir``, its working directory, owners, modes and links as they are),
         remove its environment when this is the ``last`` grading of the episode, start the
-        verifier's own environment with ``start``, restore the artifacts there and verify."""
+        verifier's own environment with ``start``, put them there (the working directory in place
+        of the image's) and verify."""
         agent.stop_processes()
         if alongside is not None:
             alongside()
         entries = artifact_entries(self.task.config, self.step)
-        collected = artifacts.collect(agent, entries, limit=max_artifact_bytes)
-        try:
+        with contextlib.ExitStack() as cleanup:
+            collected = artifacts.collect(agent, entries, limit=max_artifact_bytes)
+            cleanup.callback(artifacts.close, collected)
+            tree = cleanup.enter_context(tempfile.TemporaryFile()) if workdir else None
+            if tree is not None and not agent.export_tree(
+                agent.workdir, tree, budget=max_artifact_bytes
+            ):
+                raise SandboxError(f"the working directory {agent.workdir} is gone")
             if last:
                 agent.remove()
             sandbox = start()
-            try:
-                artifacts.restore(sandbox, collected)
-                return self.verify(sandbox, bundled=self.bundled)
-            finally:
-                sandbox.remove()
-        finally:
-            artifacts.close(collected)
+            cleanup.callback(sandbox.remove)
+            if tree is not None:
+                _replace_tree(sandbox, agent.workdir, tree)
+            artifacts.restore(sandbox, collected)
+            return self.verify(sandbox, bundled=self.bundled)
 
-    def verify_pristine(
-        self,
-        agent: Sandbox,
-        start: Callable[[], Sandbox],
-        *,
-        max_bytes: int,
-        alongside: Callable[[], object] | None = None,
-    ) -> Verdict:
-        """Stop the agent, copy its working directory and artifacts out through the engine
-        (owners, modes and links as they are), start a fresh environment from the task's image
-        with ``start`` (its programs the image's, nothing the agent changed outside its workdir),
-        put them there in place of the image's and verify; the agent's environment goes on.
-        ``alongside`` runs on the stopped agent's environment first."""
-        agent.stop_processes()
-        if alongside is not None:
-            alongside()
-        workdir = agent.workdir
-        entries = artifact_entries(self.task.config, self.step)
-        collected = artifacts.collect(agent, entries, limit=max_bytes)
-        parent = posixpath.dirname(workdir) or "/"
-        try:
-            with tempfile.TemporaryFile() as copy:
-                if not agent.export_tree(workdir, copy, budget=max_bytes):
-                    raise SandboxError(f"the working directory {workdir} is gone")
-                sandbox = start()
-                try:
-                    script = 'rm -rf -- "$1" && mkdir -p -- "$2"'
-                    cleared = sandbox.exec_root(script, workdir, parent)
-                    if cleared.exit_code != 0:
-                        raise SandboxError(f"cannot clear {workdir}: {cleared.output.strip()}")
-                    copy.seek(0)
-                    sandbox.upload(parent, copy)
-                    artifacts.restore(sandbox, collected)
-                    return self.verify(sandbox, bundled=self.bundled)
-                finally:
-                    sandbox.remove()
-        finally:
-            artifacts.close(collected)
+
+def _replace_tree(sandbox: Sandbox, path: str, tree: IO[bytes]) -> None:
+    """Put the engine's tar of the folder ``path`` (``tree``) in place of what ``sandbox`` has
+    there."""
+    parent = posixpath.dirname(path) or "/"
+    cleared = sandbox.exec_root('rm -rf -- "$1" && mkdir -p -- "$2"', path, parent)
+    if cleared.exit_code != 0:
+        raise SandboxError(f"cannot clear {path}: {cleared.output.strip()}")
+    tree.seek(0)
+    sandbox.upload(parent, tree)
 
 
 def _reward_files(found: dict[str, EngineRead]) -> dict[str, bytes]:
