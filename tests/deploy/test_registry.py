@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import docker.errors
 import pytest
-from _registry import NONCE, RegistryError, env_repo, remove_ours, run_cli, serve_registry
+from _registry import NONCE, RegistryError, env_repo, remove_ours, serve_registry
+from _serve import run_cli
 from _server import ROOT, Server, runtime_containers, wait_until
 
 from harbor_openenv.client.launch import free_port

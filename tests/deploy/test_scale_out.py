@@ -37,7 +37,8 @@ import docker.errors
 import pytest
 from _balancer import TASK, HAProxy, episodes_started
 from _engines import Engine, EngineError, engines
-from _registry import RegistryError, env_repo, remove_ours, run_cli, serve_registry
+from _registry import RegistryError, env_repo, remove_ours, serve_registry
+from _serve import run_cli
 from _server import TOKEN, Server, runtime_containers, wait_until
 
 from harbor_openenv import HarborEnvClient

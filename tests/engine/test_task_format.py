@@ -7,10 +7,8 @@ tests/unit/test_task_toml.py."""
 from __future__ import annotations
 
 import pytest
-from _server import ROOT, TOKEN, Server, exec_channel_on, wait_until
-
-from harbor_openenv.client import driver
-from harbor_openenv.models import HarborObservation
+from _episodes import run
+from _server import ROOT, Server, exec_channel_on, wait_until
 
 FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
 PROJECT_LABEL = "harbor-openenv.compose-project"
@@ -21,18 +19,6 @@ def fmt(docker_client):
     srv = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello", HARBOR_OPENENV_MAX_SESSIONS="4")
     yield srv
     srv.stop()
-
-
-def run(env, task_id: str, oracle_steps: int) -> list[HarborObservation]:
-    """Reset, then per step: solve (for the first ``oracle_steps`` steps) and evaluate; the
-    observations of the reset and of every evaluate."""
-    policy = driver.oracle(TOKEN, steps=oracle_steps)
-    episode = driver.run_episode(driver.ClientEnv(env), task_id, policy, TOKEN, keep=True)
-    assert not episode.refused, episode.error
-    for solved in (obs for obs in episode.observations if obs.action_type == "solve"):
-        assert solved.error is None, solved.output
-    assert episode.done, episode.error
-    return [obs for obs in episode.observations if obs.action_type in ("reset", "evaluate")]
 
 
 # -- multi-step -----------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,22 +19,12 @@ from _server import FIXTURE_TASKS, wait_until
 
 from harbor_openenv.client.launch import free_port, stop_process
 
-CLI = [sys.executable, "-m", "harbor_openenv.cli.main"]
 NONCE = f"harbor-openenv.test-registry={uuid.uuid4().hex}"
 REGISTRY_BIN = "/usr/bin/docker-registry"
 
 
 class RegistryError(RuntimeError):
     """The registry is missing or did not start."""
-
-
-def run_cli(*args: object, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``harbor-openenv ARGS`` in this Python; never a traceback."""
-    result = subprocess.run(
-        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
 
 
 @contextlib.contextmanager

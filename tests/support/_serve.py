@@ -1,4 +1,5 @@
-"""``harbor-openenv serve`` as a user starts it, for the CLI tests of two layers."""
+"""The ``harbor-openenv`` command as a user runs it (``serve`` included), for the CLI tests of
+several layers."""
 
 from __future__ import annotations
 
@@ -13,6 +14,25 @@ from _server import FIXTURE_TASKS, wait_until
 from harbor_openenv.client.launch import free_port
 
 CLI = [sys.executable, "-m", "harbor_openenv.cli.main"]
+
+
+def run_cli(*args: object, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``harbor-openenv ARGS`` in this Python; never a traceback (a crash is never a verdict)."""
+    result = subprocess.run(
+        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """A usage error: exit 2, nothing on stdout, one line on stderr naming each needle."""
+    assert result.returncode == 2, result
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for needle in needles:
+        assert needle in result.stderr
 
 
 def _serve(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:

@@ -9,26 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _serve import CLI, _serve, _stop
+from _serve import _serve, _stop, assert_one_line_error, run_cli
 from _server import FIXTURE_TASKS
-
-
-def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert "Traceback" not in result.stderr, result.stderr  # a crash is never a verdict
-    return result
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
-    assert result.returncode == 2, result
-    assert result.stdout == ""
-    assert "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    for needle in needles:
-        assert needle in result.stderr
-
 
 # -- validate ------------------------------------------------------------------------------------
 

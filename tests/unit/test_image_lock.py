@@ -8,7 +8,8 @@ import json
 import re
 
 import pytest
-from _registry import env_repo, run_cli
+from _registry import env_repo
+from _serve import run_cli
 from _server import FIXTURE_TASKS
 
 from harbor_openenv.images.lock import (

@@ -10,26 +10,10 @@ from pathlib import Path
 
 import pytest
 from _compose_tasks import BUILD_COMPOSE, BUILD_DOCKERFILE, LIMITS_COMPOSE, public_compose_task
-from _server import TOKEN
 
-from harbor_openenv.client import driver
-from harbor_openenv.models import HarborObservation
 from harbor_openenv.tasks.config import DatasetError, TaskConfig, parse_task_config, resolve_env
 from harbor_openenv.tasks.dataset import Dataset
 from harbor_openenv.tasks.steps import final_metrics, min_reward_failure
-
-
-def run(env, task_id: str, oracle_steps: int) -> list[HarborObservation]:
-    """Reset, then per step: solve (for the first ``oracle_steps`` steps) and evaluate; the
-    observations of the reset and of every evaluate."""
-    policy = driver.oracle(TOKEN, steps=oracle_steps)
-    episode = driver.run_episode(driver.ClientEnv(env), task_id, policy, TOKEN, keep=True)
-    assert not episode.refused, episode.error
-    for solved in (obs for obs in episode.observations if obs.action_type == "solve"):
-        assert solved.error is None, solved.output
-    assert episode.done, episode.error
-    return [obs for obs in episode.observations if obs.action_type in ("reset", "evaluate")]
-
 
 # -- multi-step -----------------------------------------------------------------------------------
 
