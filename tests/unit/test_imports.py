@@ -83,6 +83,7 @@ LAYERS = [
     {"tasks"},  # the task format: pydantic only
     {"config", "events"},  # the server's settings and log lines
     {"datasets", "images", "helper", "sandbox"},
+    {"harness"},  # agent harnesses: act through a sandbox, grade nothing
     {"episode"},
     {"server"},
     {"client"},
