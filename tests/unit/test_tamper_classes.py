@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from harbor_openenv.episode.tamper import classify
+from harbor_openenv.episode.tamper import classify, skipped
+from harbor_openenv.sandbox.base import _unescape
 
 
 def test_each_class_and_what_is_never_counted():
@@ -39,3 +40,18 @@ def test_an_install_is_named_as_one_and_is_not_suspect():
     assert (report.counts, report.suspect) == ({"installs": 3}, False)
     replaced = classify([*changes, ("/usr/local/bin/python3", 0)], "/app")
     assert replaced.counts["executables"] == 1 and replaced.suspect  # an existing one, changed
+
+
+def test_a_standard_library_module_is_a_library():
+    report = classify([("/usr/lib/python3.11/json/decoder.py", 0)], "/app")
+    assert report.counts == {"libraries": 1} and report.suspect
+
+
+def test_the_keepers_walk_skips_what_is_never_counted():
+    assert "/app" in skipped("/app/") and "/logs" in skipped("/app")
+    assert "/" not in skipped("/")
+
+
+def test_the_keepers_paths_are_unescaped():
+    assert _unescape("/usr/bin/a\\040b\\012c\\134") == "/usr/bin/a b\nc\\"
+    assert _unescape("/x\\377") == "/x\ufffd"

@@ -142,9 +142,7 @@ class Episode:
                 " not be)"
             )
         runtime, sandbox = self.runtime, self.sandbox
-        changes = sandbox.changes()
-        if changes is not None and self.inherited is not None:
-            changes = merge_changes(self.inherited, changes)
+        changes = self._changes()
         image = sandbox.commit({LABEL: "1", LABEL_OWNER: runtime.owner, LABEL_FORK: "1"})
         point = ForkPoint(
             image,
@@ -331,17 +329,23 @@ class Episode:
             network_mode=table.network_mode,
         )
 
+    def _changes(self) -> list[tuple[str, int]] | None:
+        """What the agent's environment changed since its baseline (the keeper's walk, else the
+        engine's list), with a branch's parent's changes before the fork."""
+        changes = self.sandbox.changes_since_mark(tamper.skipped(self.sandbox.workdir))
+        if changes is not None and self.inherited is not None:
+            changes = merge_changes(self.inherited, changes)
+        return changes
+
     def tamper_report(self) -> dict[str, Any] | None:
         """What the agent changed outside its workdir that the verifier could run or import
         (:mod:`.tamper`), counted in the metrics; None where the backend cannot tell."""
         try:
-            changes = self.sandbox.changes()
+            changes = self._changes()
         except SandboxError as exc:
             return {"error": str(exc)}
         if changes is None:
             return None
-        if self.inherited is not None:  # a branch: what its parent changed before the fork too
-            changes = merge_changes(self.inherited, changes)
         report = tamper.classify(changes, self.sandbox.workdir)
         for kind, count in report.counts.items():
             if count:

@@ -4,7 +4,8 @@ program of the container's: :meth:`Sandbox.changes`). Reported, never acted on: 
 the verifier's; a trainer that cannot trust it drops the rollout (``info["tamper"]["suspect"]``).
 
 Classes: ``executables`` (a program on the default PATH replaced or added), ``libraries``
-(``/etc/ld.so.*``, shared objects), ``interpreter_hooks`` (``.pth``, ``sitecustomize``,
+(``/etc/ld.so.*``, shared objects, anything else below ``/usr/lib``, ``/usr/local/lib``, ``/lib``:
+a standard library's modules), ``interpreter_hooks`` (``.pth``, ``sitecustomize``,
 ``usercustomize``), ``pytest`` (``conftest.py`` outside the working directory, pytest plugins),
 ``shell_startup`` (profiles and rc files), and ``installs``: site-packages changes and the entry
 points an install adds beside them (``/usr/local/bin``), which are legitimate work (``pip
@@ -26,6 +27,7 @@ _IGNORED = ("/logs", "/tmp", "/tests", "/solution", "/proc", "/dev", "/run", "/v
 _SHELL_FILES = {".bashrc", ".profile", ".bash_profile", ".bash_login", ".zshrc", ".zshenv"}
 _SHELL_ETC = ("/etc/profile", "/etc/profile.d/", "/etc/bash.bashrc", "/etc/environment", "/etc/zsh")
 _SITE = ("/site-packages/", "/dist-packages/")
+_LIB_DIRS = ("/usr/lib/", "/usr/local/lib/", "/lib/", "/lib64/", "/usr/lib64/")
 SHOWN = 5  # paths kept per class
 ADDED, MODIFIED = 1, 0  # the engine's change kinds (2: deleted)
 
@@ -66,6 +68,12 @@ def classify(changes: Iterable[tuple[str, int]], workdir: str) -> TamperReport:
     return TamperReport(counts, shown)
 
 
+def skipped(workdir: str) -> list[str]:
+    """The folders whose changes are never counted, for the keeper's walk to leave out."""
+    root = workdir.rstrip("/") or "/"
+    return [*_IGNORED, *([root] if root != "/" else [])]
+
+
 def _ignored(path: str, workdir: str) -> bool:
     root = workdir.rstrip("/") or "/"
     if root != "/" and (path == root or path.startswith(root + "/")):
@@ -81,8 +89,8 @@ def _class_of(path: str, kind: int, workdir: str, installs: bool) -> str | None:
         return "pytest"
     if any(marker in path for marker in _SITE):
         return "installs"
-    if path.startswith("/etc/ld.so") or ".so." in base or base.endswith(".so"):
-        return "libraries"
+    if path.startswith(("/etc/ld.so", *_LIB_DIRS)) or ".so." in base or base.endswith(".so"):
+        return "libraries"  # a shared object, or a standard library's module (json/__init__.py)
     if folder in _PATH_DIRS:
         if installs and kind == ADDED and folder == "/usr/local/bin":
             return "installs"  # an entry point the install added beside its package

@@ -41,16 +41,22 @@
 
 #define REQUEST_MARK "mark" /* ID mark: the processes running now are the baseline */
 #define REQUEST_STOP "stop" /* ID stop USERS [VUSER VDIR TDIR stage|keep] */
+#define REQUEST_CHANGES "changes" /* ID changes [SKIP...]: what changed since the mark */
 #define PREPARE_STAGE "stage" /* a stop's last field: empty TDIR for the tests to be staged */
 #define PREPARE_KEEP "keep"   /* a stop's last field: TDIR is the image's; chmod +x test.sh */
 #define ANSWER_OK "ok"        /* "ID ok[ PID:START...]" */
-#define ANSWER_ERR "err"      /* "ID err CODE PROBLEM", CODE one of the four below */
+#define ANSWER_ERR "err"      /* "ID err CODE PROBLEM", CODE one of the five below */
 #define KEEP_ENTRYPOINT_EXITED 96 /* the image's ENTRYPOINT exited (before a mark) */
 #define KEEP_STOP_FAILED 97       /* processes still alive after STOP_SECONDS, or cannot look */
 #define KEEP_PREPARE_FAILED 98    /* the verifier's folders could not be prepared */
+#define KEEP_CHANGES_FAILED 99    /* changes could not be listed (no mark, too many): ask the engine */
 #define KEEP_BAD_REQUEST 2        /* a malformed or unknown request */
 #define STOP_SECONDS 20           /* how long a stop may take before it fails */
 #define ENTRYPOINT_WAIT_MS 5000   /* how long mark waits for an image ENTRYPOINT's start-up */
+#define CHANGES_MAX_BYTES (4u << 20) /* a changes answer's length, past which it fails */
+#define CHANGES_ADDED_DIR "/usr/local/bin" /* where a changes answer tells added from changed */
+#define CHANGE_ADDED "A"          /* a changes entry's kind: a name CHANGES_ADDED_DIR lacked at mark */
+#define CHANGE_CHANGED "C"        /* a changes entry's kind: changed, added elsewhere, or a folder */
 
 /* -- the exec channel (serve.c) ---------------------------------------------------------------
  * A request: a 4-byte big-endian length, then REQUEST_HEAD bytes (an 8-byte nonce, timeout in

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import posixpath
+import re
 import threading
 import time
 import uuid
@@ -117,6 +118,13 @@ class EngineRead:
         return self.data
 
 
+def _unescape(path: str) -> str:
+    """A path of the keeper's changes answer: its ``\\ooo`` escapes as the bytes they name
+    (UTF-8, anything else replaced: the report shows them)."""
+    raw = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), path.encode())
+    return raw.decode("utf-8", errors="replace")
+
+
 class Sandbox(AgentFiles):
     """One episode's task environment: the abstract primitives, then the shared behaviour.
 
@@ -182,6 +190,25 @@ class Sandbox(AgentFiles):
         kind: 0 changed, 1 added, 2 deleted), never through a program inside it; None: this
         backend cannot tell."""
         return None
+
+    def changes_since_mark(self, skip: Sequence[str]) -> list[tuple[str, int]] | None:
+        """What changed since the baseline (:meth:`mark_baseline`) outside the folders ``skip``,
+        as :meth:`changes` lists them (directories too), asked of the keeper: it walks only the
+        folders the environment wrote, by their inode change times (``keep.c``), which no
+        process of it can set back. Where the keeper cannot tell (no keeper, too many changes),
+        the engine's :meth:`changes`."""
+        try:
+            ok, detail = self._ask([contract.REQUEST_CHANGES, *skip])
+        except SandboxError:
+            ok, detail = False, ""
+        if not ok:
+            return self.changes()
+        kinds = {contract.CHANGE_ADDED: 1, contract.CHANGE_CHANGED: 0}
+        found = []
+        for entry in detail.split():
+            kind, _, path = entry.partition(":")
+            found.append((_unescape(path), kinds.get(kind, 0)))
+        return found
 
     def commit(self, labels: Mapping[str, str]) -> str:
         """Commit the environment's filesystem to a new image labelled ``labels`` (processes are
@@ -357,6 +384,15 @@ class Sandbox(AgentFiles):
     def _keeper(self, fields: list[str]) -> str | None:
         """One request to the keeper: None when it answered ok (a mark's baseline lands in
         :attr:`_baseline`), else its error's code and problem."""
+        ok, detail = self._ask(fields)
+        if not ok:
+            return detail
+        if fields[0] == contract.REQUEST_MARK:
+            self._baseline = detail
+        return None
+
+    def _ask(self, fields: list[str]) -> tuple[bool, str]:
+        """One request to the keeper: whether it answered ok, and the rest of its answer."""
         if any("\t" in field or "\n" in field for field in fields):
             raise SandboxError(f"a tab or a newline in a keeper request: {fields!r}")
         ident = uuid.uuid4().hex[:12]
@@ -367,11 +403,7 @@ class Sandbox(AgentFiles):
         status, _, detail = rest.partition(" ")
         if head != ident or status not in (contract.ANSWER_OK, contract.ANSWER_ERR):
             raise SandboxError(f"the keeper gave an answer out of turn: {answer[:200]!r}")
-        if status == contract.ANSWER_ERR:
-            return detail
-        if fields[0] == contract.REQUEST_MARK:
-            self._baseline = detail
-        return None
+        return status == contract.ANSWER_OK, detail
 
     # -- the orchestrator's files, through the engine ------------------------------------------
 

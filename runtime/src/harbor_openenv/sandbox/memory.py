@@ -14,7 +14,7 @@ import io
 import posixpath
 import shlex
 import tarfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO
 
 from .base import Archive, Sandbox
@@ -104,6 +104,10 @@ class MemorySandbox(Sandbox):
     def changes(self) -> list[tuple[str, int]]:
         """Every file it holds, as added (it starts empty)."""
         return [(path, 1) for path in sorted(self.files)]
+
+    def changes_since_mark(self, skip: Sequence[str]) -> list[tuple[str, int]]:
+        """:meth:`changes`: the fake has no keeper."""
+        return self.changes()
 
     def is_running(self) -> bool:
         return not self.removed
