@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harbor_openenv.tasks.dataset import Dataset
-from harbor_openenv.tasks.lint import shadowing, workdir_of
+from harbor_openenv.tasks.lint import shadowing, system_state, workdir_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,3 +73,39 @@ def test_validate_prints_each_finding_and_counts_the_tasks(tmp_path):
     assert "pytest-route/tests/test.sh:2: python3 -m pytest runs with /app first" in done.stdout
     assert "clean/tests/test.sh" not in done.stdout
     assert "1 run something the agent can shadow" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("test_sh", "expected"),
+    [
+        ("grep -q listen /etc/nginx/nginx.conf\n", "reads the system (/etc/nginx/nginx.conf)"),
+        ("test -f /usr/lib/libfoo.so.1 && echo 1\n", "(/usr/lib/libfoo.so.1)"),
+        ("[ $(nproc) -gt 0 ] && cat /proc/cpuinfo\n", "(/proc/cpuinfo)"),
+        ("dpkg -l | grep -q nginx\n", "(dpkg -l)"),
+        ("pip show requests >/dev/null\n", "(pip show)"),
+        ("python3 -m pip freeze > /tmp/x\n", "(-m pip freeze)"),
+        ("systemctl is-active redis\n", "(systemctl)"),
+        ("python3 /tests/check.py /app/out.txt > /logs/verifier/reward.txt\n", None),
+        ("/usr/bin/python3 /tests/check.py\n", None),
+        ("cat /app/etc/config /tmp/x /dev/null\n", None),
+        ("# cat /etc/passwd\n", None),
+    ],
+)
+def test_validate_names_a_verifier_that_reads_the_system(tmp_path, test_sh, expected):
+    found = system_state(Dataset(tmp_path)[task(tmp_path, "t", test_sh).name])
+    if expected is None:
+        assert found == []
+    else:
+        assert [f["line"] for f in found] == ["2"] and expected in found[0]["warning"], found
+
+
+def test_validate_prints_the_system_state_lint(tmp_path):
+    task(tmp_path, "t", "grep -q ok /var/lib/app/state\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "harbor_openenv.cli", "validate", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "t/tests/test.sh:2: reads the system (/var/lib/app/state)" in result.stdout, result
+    assert "1 read the system (not for a pristine verifier)" in result.stdout, result.stdout

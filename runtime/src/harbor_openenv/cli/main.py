@@ -47,7 +47,7 @@ def _task_row(task: Task) -> dict[str, Any]:
     """What validate reports about one task: its kind, image source, timeouts, problems, what
     Harbor 0.25 would refuse in it, and the variables the server needs to run it."""
     from harbor_openenv.tasks.harbor_rules import harbor_warnings
-    from harbor_openenv.tasks.lint import shadowing
+    from harbor_openenv.tasks.lint import shadowing, system_state
 
     try:
         config = task.config
@@ -63,6 +63,7 @@ def _task_row(task: Task) -> dict[str, Any]:
         "problems": task.problems,
         "harbor_warnings": harbor_warnings(task),
         "shadowing": shadowing(task),
+        "system_state": system_state(task),
         "needs": serve_time_variables(config) if config else {},
     }
 
@@ -138,7 +139,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for warning in row["harbor_warnings"]:
             print(f"Harbor 0.25 would refuse {warning['warning']}")
     for row in rows:
-        for found in row["shadowing"]:
+        for found in [*row["shadowing"], *row["system_state"]]:
             print(f"{row['task']}/{found['file']}:{found['line']}: {found['warning']}")
     for row in rows:
         for variable, fields in row["needs"].items():
@@ -149,6 +150,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     extra = f"; Harbor 0.25 would refuse {refused}" if refused else ""
     shadowed = sum(bool(row["shadowing"]) for row in rows)
     extra += f"; {shadowed} run something the agent can shadow" if shadowed else ""
+    systemic = sum(bool(row["system_state"]) for row in rows)
+    extra += f"; {systemic} read the system (not for a pristine verifier)" if systemic else ""
     print(f"{len(rows)} tasks in {dataset.root}: {summary} ({verdict}{extra})")
     return EXIT_OK if ok else EXIT_PROBLEMS
 

@@ -8,7 +8,13 @@ the folder's ``conftest.py`` and its ini files (``pytest.ini``, ``pyproject.toml
 rewrite, and a ``PATH`` entry inside the folder lets the agent's programs win. Each finding names
 the file and line; none changes how a task runs. A line-by-line reading of the script (``cd``
 tracked as far as it names a folder plainly), so it flags what it sees, not every way a shell can
-reach the same."""
+reach the same.
+
+A second reading (:func:`system_state`) names the lines that read the system rather than the
+task's files: paths under ``/etc``, ``/usr``, ``/proc``, ``/var`` ... and the commands that list
+installed packages, services or processes. Such a verifier checks what the agent changed outside
+its working directory, which a pristine verifier (``HARBOR_OPENENV_PRISTINE_VERIFIER``) never
+sees: keep the task in shared mode."""
 
 from __future__ import annotations
 
@@ -26,6 +32,15 @@ _RELATIVE = re.compile(
 )
 _PATH_SET = re.compile(r"(?:^|[\s;&|(])(?:export\s+)?PATH=([^\s;&|]+)")
 _CD = re.compile(r"(?:^|[\s;&|(])cd(?:\s+([^\s;&|)]+))?")
+_SYSTEM_PATH = re.compile(
+    r"(?<![\w./$-])(/(?:etc|usr|proc|sys|var|opt|srv|root|home|run|lib|lib64)(?:/[^\s;&|)'\"`]*)?)"
+)
+_SYSTEM_COMMAND = re.compile(
+    r"(?:^|[\s;&|(`])(dpkg(?:-query)?\s+-[lsLS]\w*|apt(?:-get)?\s+list|pip[0-9.]*\s+(?:list|show"
+    r"|freeze)|-m\s+pip\s+(?:list|show|freeze)|systemctl|service\s+\S+\s+status|pgrep|ps"
+    r"\s+-?\w*[aex]|ss\s+-\w*[lt]|netstat|getent|id\s+-\w+|crontab\s+-l)(?=\s|$|;|&|\||\))"
+)
+_PROGRAM_DIRS = ("/bin/", "/sbin/")  # a program run by its path, not state read
 _WORKDIR_LINE = re.compile(r"^\s*WORKDIR\s+(\S+)", re.I | re.M)
 
 
@@ -50,21 +65,53 @@ def shadowing(task: Task) -> list[dict[str, str]]:
     """Every line of the task's (and its steps') ``test.sh`` that runs something the agent can
     shadow from the working directory: ``{"file", "line", "warning"}``."""
     workdir = workdir_of(task)
+    found = []
+    for script in _scripts(task):
+        relative = script.relative_to(task.path).as_posix()
+        found += [
+            {"file": relative, "line": str(number), "warning": warning}
+            for number, warning in _read(script, workdir)
+        ]
+    return found
+
+
+def system_state(task: Task) -> list[dict[str, str]]:
+    """Every line of the task's (and its steps') ``test.sh`` that reads the system outside the
+    task's own files (``/tests``, ``/logs``, ``/solution``, ``/tmp``, the working directory):
+    ``{"file", "line", "warning"}``."""
+    workdir = workdir_of(task)
+    found = []
+    for script in _scripts(task):
+        relative = script.relative_to(task.path).as_posix()
+        text = script.read_text(encoding="utf-8", errors="replace")
+        for number, raw in enumerate(text.splitlines(), start=1):
+            line = raw.split(" #", 1)[0] if not raw.lstrip().startswith("#") else ""
+            read = [
+                path
+                for path in _SYSTEM_PATH.findall(line)
+                if not any(part in path for part in _PROGRAM_DIRS)
+                and not (workdir and workdir != "/" and _is_workdir(path, workdir))
+            ]
+            read += [" ".join(command.split()) for command in _SYSTEM_COMMAND.findall(line)]
+            if read:
+                shown = ", ".join(dict.fromkeys(read))
+                warning = (
+                    f"reads the system ({shown}): what the agent changed there decides the"
+                    " reward, which a pristine verifier never sees (keep it shared)"
+                )
+                found.append({"file": relative, "line": str(number), "warning": warning})
+    return found
+
+
+def _scripts(task: Task) -> list[Path]:
+    """The task's and its steps' ``test.sh`` that exist."""
     scripts = [task.tests_dir() / "test.sh"]
     try:
         steps = task.config.steps or []
     except DatasetError:
         steps = []
     scripts += [task.tests_dir(step) / "test.sh" for step in steps]
-    found = []
-    for script in scripts:
-        if script.is_file():
-            relative = script.relative_to(task.path).as_posix()
-            found += [
-                {"file": relative, "line": str(number), "warning": warning}
-                for number, warning in _read(script, workdir)
-            ]
-    return found
+    return [script for script in scripts if script.is_file()]
 
 
 def _read(script: Path, workdir: str | None) -> list[tuple[int, str]]:
