@@ -82,6 +82,7 @@ def test_validate_json():
         "problems": [],
         "harbor_warnings": [],
         "shadowing": [],
+        "system_state": [],
         "needs": {},
     }
     assert "[environment].cpus" in tasks["broken/nested-invalid"]["problems"][0]
