@@ -12,7 +12,7 @@ import pytest
 from _fake_sandbox import FakeSandbox
 
 from harbor_openenv.episode.fork import ForkError, ForkPoint, Forks, merge_changes
-from harbor_openenv.sandbox import ExecResult
+from harbor_openenv.sandbox import ExecResult, SandboxError
 from harbor_openenv.sandbox.memory import MemorySandbox
 from harbor_openenv.server.environment import HarborEnvironment
 
@@ -246,3 +246,19 @@ def test_an_expired_id_is_refused_and_its_container_and_image_go(monkeypatch):
     assert runtime.pool.active == 1 and runtime.sandboxes[1].removed
     parent.close()
     runtime.shutdown()
+
+
+def test_a_fork_whose_change_list_fails_removes_its_image(forking, monkeypatch):
+    """The change list (the branches' tamper evidence) is read beside the commit: if it fails,
+    the fork fails, its committed image goes and the episode goes on."""
+
+    def changes(self: FakeSandbox) -> Any:
+        raise SandboxError("cannot list the container's changes")
+
+    monkeypatch.setattr(FakeSandbox, "changes", changes)
+    parent = HarborEnvironment(forking)
+    parent.reset(task_id="edit-file")
+    failed = act(parent, "fork", n=2, token=TOKEN)
+    assert "changes" in failed.error and not failed.done and "forks" not in failed.info
+    assert forking.removed_images == ["sha256:fork0"] and forking.forks.pending() == 0
+    assert act(parent, "exec", command="echo on").output == "on\n"

@@ -25,11 +25,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from harbor_openenv.models import MAX_FORKS
 from harbor_openenv.sandbox import Sandbox
 from harbor_openenv.tasks.task import Task
 
 log = logging.getLogger("harbor_openenv")
-STARTERS = 4  # branch containers one server starts at once (a 2-core engine gains little more)
+STARTERS = MAX_FORKS  # all of a fork's branch containers start at once, as 16 resets do
 _EXPIRED_KEPT = 4096  # expired IDs remembered, to say "expired" rather than "unknown"
 
 # What starts a branch's container (counted against the session limit), and what removes one
@@ -192,6 +193,10 @@ class Forks:
             self.release(point)
             return
         self._discard(done.result(), lambda: self.release(point))
+
+    def remove_image(self, image: str) -> None:
+        """Remove a committed image no ID was made for (a fork that failed after its commit)."""
+        self._remove(image)
 
     def _remove(self, image: str) -> None:
         """Remove ``image``, then retry those whose removal failed before: a fork of a branch
