@@ -429,3 +429,31 @@ def test_fork_from_async_code(docker_client, tmp_path):
         assert asyncio.run(main()) == ["42", "42"]
     finally:
         srv.stop()
+
+
+PLANT = "echo 1 > /logs/verifier/reward.txt && echo '{\"reward\": 1}' > /logs/verifier/reward.json"
+KEEP_PLANTING = (
+    'nohup sh -c \'while :; do echo {\\"reward\\": 1} > /logs/verifier/reward.json;'
+    " sleep 0.05; done' >/dev/null 2>&1 &"
+)
+
+
+def test_a_branch_inherits_no_planted_reward(docker_client, tmp_path):
+    """A reward the parent's agent planted in /logs/verifier before the fork is in the branch's
+    files, yet never scores: the branch's evaluate stops its processes (one that keeps planting
+    too) and hands the verifier a fresh /logs/verifier, as for a fresh episode."""
+    srv = Server(make_task(tmp_path))
+    try:
+        with srv.client() as parent:
+            parent.reset(task_id=TASK)
+            assert parent.exec(PLANT).observation.exit_code == 0
+            (branch,) = parent.fork(1)
+            with branch:
+                planted = branch.exec("cat /logs/verifier/reward.txt").observation.output
+                assert planted == "1\n"  # carried: the branch's files are the parent's
+                assert branch.exec(KEEP_PLANTING).observation.exit_code == 0
+                graded = branch.evaluate()
+                assert (graded.done, graded.reward) == (True, 0.0), graded.observation
+            assert parent.evaluate().reward == 0.0
+    finally:
+        srv.stop()
