@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import textwrap
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -139,8 +142,9 @@ def test_fork_is_refused_without_the_token_after_the_end_and_for_an_unknown_id(
             assert used.observation.error is None and used.observation.info["fork"] == ids[0]
             again = env.reset(fork=ids[0])
             assert again.done and "already used" in again.observation.error
-        # ids[1] was never used: the image stays while the server runs, goes when it stops.
-        assert wait_until(lambda: not runtime_containers(docker_client, srv.owner_prefix), 60)
+        # ids[1] was never used: the container its fork started and the image stay while the
+        # server runs (until HARBOR_OPENENV_FORK_TTL_S), and go when it stops.
+        assert wait_until(lambda: len(runtime_containers(docker_client, srv.owner_prefix)) == 1)
         assert len(fork_images(docker_client, srv)) == 1
         srv.stop()
         assert not fork_images(docker_client, srv)
@@ -148,34 +152,136 @@ def test_fork_is_refused_without_the_token_after_the_end_and_for_an_unknown_id(
         srv.stop()
 
 
-def test_eight_branches_at_once(docker_client, tmp_path):
-    """Eight branches, started together, each in its own session: each sees the fork's files
-    and only its own afterwards."""
-    srv = Server(make_task(tmp_path), HARBOR_OPENENV_MAX_SESSIONS="9")
+def test_sixteen_branches_at_once_each_on_its_own(docker_client, tmp_path):
+    """Sixteen branches of one fork (the most one fork makes), reset and driven at once, each in
+    its own session over the WebSocket: each sees the fork's files, then only its own (a change
+    in one is absent from the others and from the parent), and grades on its own; once they
+    have ended, no container or fork image of the server is left."""
+    srv = Server(make_task(tmp_path), HARBOR_OPENENV_MAX_SESSIONS="17")
     try:
         with srv.client() as parent:
             parent.reset(task_id=TASK)
             parent.write("shared.txt", "from the parent")
-            ids = parent.step(HarborAction(action_type="fork", n=8, token=TOKEN))
+            ids = parent.step(HarborAction(action_type="fork", n=16, token=TOKEN))
             ids = ids.observation.info["forks"]
+            assert len(set(ids)) == 16
+            barrier = threading.Barrier(16, timeout=300)
 
-            def run(i_ident: tuple[int, str]) -> float | None:
+            def run(i_ident: tuple[int, str]) -> tuple[float | None, list[str]]:
                 i, ident = i_ident
                 with srv.client() as branch:
                     started = branch.reset(fork=ident)
                     assert started.observation.error is None, started.observation.error
                     assert branch.read("shared.txt").observation.output == "from the parent"
                     branch.write(f"branch-{i}.txt", str(i))
+                    branch.write("shared.txt", f"changed by {i}")
+                    barrier.wait()  # every branch has written before any looks
                     listed = branch.exec("ls branch-*.txt").observation.output.split()
-                    assert listed == [f"branch-{i}.txt"], listed
+                    shared = branch.read("shared.txt").observation.output
+                    assert shared == f"changed by {i}", shared
                     branch.write("answer.txt", "42" if i % 2 else "0")
-                    return branch.evaluate().reward
+                    return branch.evaluate().reward, listed
 
-            with ThreadPoolExecutor(8) as pool:
-                rewards = list(pool.map(run, enumerate(ids)))
-            assert rewards == [float(i % 2) for i in range(8)]
+            with ThreadPoolExecutor(16) as pool:
+                results = list(pool.map(run, enumerate(ids)))
+            assert [reward for reward, _ in results] == [float(i % 2) for i in range(16)]
+            assert [listed for _, listed in results] == [[f"branch-{i}.txt"] for i in range(16)]
             assert parent.exec("ls branch-*.txt").observation.exit_code != 0
-        assert wait_until(lambda: not fork_images(docker_client, srv), 60)
+            assert parent.read("shared.txt").observation.output == "from the parent"
+
+        def clean() -> bool:
+            left = runtime_containers(docker_client, srv.owner_prefix)
+            return not left and not fork_images(docker_client, srv)
+
+        assert wait_until(clean, 120), runtime_containers(docker_client, srv.owner_prefix)
+    finally:
+        srv.stop()
+
+
+def test_an_unused_id_expires_with_its_container(docker_client, tmp_path):
+    """HARBOR_OPENENV_FORK_TTL_S: an ID not used in time is refused with an error naming the
+    setting, the container its fork started is removed at once, and the image goes when the
+    branch that was used ends."""
+    srv = Server(make_task(tmp_path), HARBOR_OPENENV_FORK_TTL_S="8")
+    try:
+        with srv.client() as parent, srv.client() as late:
+            parent.reset(task_id=TASK)
+            parent.write("answer.txt", "42")
+            ids = parent.step(HarborAction(action_type="fork", n=2, token=TOKEN))
+            used, unused = ids.observation.info["forks"]
+            with srv.client() as branch:
+                assert branch.reset(fork=used).observation.error is None
+                # the parent, the branch and the container started for the unused ID, until
+                # the ID expires
+                assert wait_until(
+                    lambda: len(runtime_containers(docker_client, srv.owner_prefix)) == 3, 8
+                )
+                assert wait_until(
+                    lambda: len(runtime_containers(docker_client, srv.owner_prefix)) == 2, 60
+                )
+                refused = late.reset(fork=unused)
+                assert refused.done and "expired" in refused.observation.error
+                assert "HARBOR_OPENENV_FORK_TTL_S" in refused.observation.error
+                assert len(fork_images(docker_client, srv)) == 1  # the branch still runs on it
+                assert branch.evaluate().reward == 1.0
+            assert wait_until(lambda: not fork_images(docker_client, srv), 60)
+    finally:
+        srv.stop()
+
+
+# A trainer's fork() with the light client (openenv hidden), sync and async.
+LIGHT_FORK = """
+import asyncio, sys
+sys.modules["openenv"] = None
+from harbor_openenv import HarborEnvClient
+import harbor_openenv._openenv as bases
+
+url, token = sys.argv[1], sys.argv[2]
+assert bases.EnvClient.__module__ == "harbor_openenv._light", bases.EnvClient.__module__
+with HarborEnvClient(url, orchestration_token=token) as env:
+    env.reset(task_id="fork-me")
+    env.write("answer.txt", "41")
+    fixer, other = env.fork(2)
+    with fixer, other:
+        print("seen", fixer.read("answer.txt").observation.output,
+              other.read("answer.txt").observation.output)
+        fixer.write("answer.txt", "42")
+        print("rewards", fixer.evaluate().reward, other.evaluate().reward)
+    print("parent", env.read("answer.txt").observation.output)
+
+async def main():
+    async with HarborEnvClient(url, orchestration_token=token) as env:
+        await env.reset(task_id="fork-me")
+        await env.write("answer.txt", "42")
+        (branch,) = await env.fork(1)
+        print("async reward", (await branch.evaluate()).reward)
+        await branch.close()
+
+asyncio.run(main())
+print("openenv loaded", "openenv" in {m.split(".")[0] for m, v in sys.modules.items() if v})
+"""
+
+
+def test_the_light_client_forks(docker_client, tmp_path):
+    """HarborEnvClient.fork on the light client (the client extra, without openenv): the
+    branches come back connected and reset, sync and async."""
+    srv = Server(make_task(tmp_path), HARBOR_OPENENV_MAX_SESSIONS="4")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", LIGHT_FORK, srv.url, TOKEN],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines == [
+            "seen 41 41",
+            "rewards 1.0 0.0",
+            "parent 41",
+            "async reward 1.0",
+            "openenv loaded False",
+        ], result.stdout
     finally:
         srv.stop()
 
@@ -321,5 +427,33 @@ def test_fork_from_async_code(docker_client, tmp_path):
 
     try:
         assert asyncio.run(main()) == ["42", "42"]
+    finally:
+        srv.stop()
+
+
+PLANT = "echo 1 > /logs/verifier/reward.txt && echo '{\"reward\": 1}' > /logs/verifier/reward.json"
+KEEP_PLANTING = (
+    'nohup sh -c \'while :; do echo {\\"reward\\": 1} > /logs/verifier/reward.json;'
+    " sleep 0.05; done' >/dev/null 2>&1 &"
+)
+
+
+def test_a_branch_inherits_no_planted_reward(docker_client, tmp_path):
+    """A reward the parent's agent planted in /logs/verifier before the fork is in the branch's
+    files, yet never scores: the branch's evaluate stops its processes (one that keeps planting
+    too) and hands the verifier a fresh /logs/verifier, as for a fresh episode."""
+    srv = Server(make_task(tmp_path))
+    try:
+        with srv.client() as parent:
+            parent.reset(task_id=TASK)
+            assert parent.exec(PLANT).observation.exit_code == 0
+            (branch,) = parent.fork(1)
+            with branch:
+                planted = branch.exec("cat /logs/verifier/reward.txt").observation.output
+                assert planted == "1\n"  # carried: the branch's files are the parent's
+                assert branch.exec(KEEP_PLANTING).observation.exit_code == 0
+                graded = branch.evaluate()
+                assert (graded.done, graded.reward) == (True, 0.0), graded.observation
+            assert parent.evaluate().reward == 0.0
     finally:
         srv.stop()

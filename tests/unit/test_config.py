@@ -40,6 +40,7 @@ GIVEN = {
     "default_task": ("hello-world", "hello-world"),
     "build_network": ("host", "host"),
     "pool_size": ("2", 2),
+    "fork_ttl_s": ("90", 90.0),
     "log_format": ("JSON", "json"),
     "log_level": ("warning", "WARNING"),
     "record_dir": ("/srv/rollouts", Path("/srv/rollouts")),

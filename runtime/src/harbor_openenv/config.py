@@ -153,6 +153,12 @@ class Settings:
             "pre-started containers kept per container spec (0: no warm pool)", int, zero=True
         ),
     )
+    fork_ttl_s: float = field(
+        default=600.0,
+        metadata=_about(
+            "seconds a fork's branch IDs stay usable; then the unused ones expire", float
+        ),
+    )
     log_format: str = field(
         default="text", metadata=_about("the server's own log lines: text, or json (one a line)")
     )

@@ -11,6 +11,9 @@ from __future__ import annotations
 import copy
 import fnmatch
 import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +31,42 @@ from harbor_openenv.tasks.env_vars import Envs, resolve_envs
 from harbor_openenv.tasks.reward import VERIFIER_DIR, scalar
 from harbor_openenv.tasks.steps import final_metrics, gate
 from harbor_openenv.tasks.task import Task
+
+log = logging.getLogger("harbor_openenv")
+
+
+def _branch_start(runtime: Runtime, point: ForkPoint) -> Callable[[], Sandbox]:
+    """What starts a branch's container: the committed image, as the task's would start,
+    counted against the session limit, never pooled."""
+    table = point.task.config.environment
+    return functools.partial(
+        runtime.launch,
+        point.task,
+        point.image,
+        table,
+        env=resolve_envs(point.task).environment,
+        compose=False,
+        network_mode=table.network_mode,
+        pooled=True,
+        warm=False,
+    )
+
+
+def _started(runtime: Runtime, ready: Future[Sandbox] | None) -> Sandbox | None:
+    """The container a fork started for a branch, None if it did not (or has stopped since:
+    it is removed and its place in the session limit freed)."""
+    if ready is None:
+        return None
+    try:
+        sandbox = ready.result()
+    except Exception as exc:  # e.g. the server was full at the fork: the reset tries again
+        log.info("a branch's container did not start at its fork (%s): starting it now", exc)
+        return None
+    if sandbox.is_running():
+        return sandbox
+    log.warning("a branch's container %s had stopped: starting another", sandbox.name)
+    runtime.discard(sandbox, runtime.pool.release)
+    return None
 
 
 class ActionError(Exception):
@@ -98,29 +137,24 @@ class Episode:
         return episode
 
     @classmethod
-    def branch(cls, runtime: Runtime, point: ForkPoint, ident: str) -> Episode:
-        """Start a branch of a fork: the fork's task at its step, in a container of the committed
-        image started as a task's is (never from, nor refilling, the warm pool); the environment's
-        healthcheck runs again (processes were not carried), the step's setup does not (its files
-        were). ``point`` is released when the branch's container is gone; its ID ``ident`` is
-        given back if the container cannot start."""
+    def branch(
+        cls, runtime: Runtime, point: ForkPoint, ident: str, ready: Future[Sandbox] | None
+    ) -> Episode:
+        """Start a branch of a fork: the fork's task at its step, in the container the fork
+        started for ``ident`` (``ready``), or, where that start failed or none was made, in one
+        of the committed image started now as a task's is (never from, nor refilling, the warm
+        pool); the environment's healthcheck runs again (processes were not carried), the step's
+        setup does not (its files were). ``point`` is released when the branch's container is
+        gone; ``ident`` is given back if no container can start."""
+        sandbox = _started(runtime, ready)
         task = point.task
         envs = resolve_envs(task)
-        table = task.config.environment
-        try:
-            sandbox = runtime.launch(
-                task,
-                point.image,
-                table,
-                env=envs.environment,
-                compose=False,
-                network_mode=table.network_mode,
-                pooled=True,
-                warm=False,
-            )
-        except BaseException:
-            runtime.forks.give_back(ident, point)
-            raise
+        if sandbox is None:
+            try:
+                sandbox = _branch_start(runtime, point)()
+            except BaseException:
+                runtime.forks.give_back(ident, point)
+                raise
         episode = cls(runtime, task, sandbox, envs, point.source_image)
         episode.fork_point, episode.inherited = point, point.changes
         episode.step_index = point.step_index
@@ -134,8 +168,8 @@ class Episode:
         return episode
 
     def fork(self, n: int) -> list[str]:
-        """Commit this episode's filesystem (not its processes) for ``n`` branches; their IDs.
-        The episode goes on unchanged."""
+        """Commit this episode's filesystem (not its processes) for ``n`` branches, whose
+        containers start in the background; their IDs. The episode goes on unchanged."""
         if self.task.compose_file is not None:
             raise ActionError(
                 "fork: a compose task cannot be forked (its sidecars, the other services, would"
@@ -153,7 +187,7 @@ class Episode:
             copy.deepcopy(self.step_info),
             changes,
         )
-        return runtime.forks.add(point, n)
+        return runtime.forks.add(point, n, _branch_start(runtime, point))
 
     def _ready(self, *, prepare: bool = True) -> None:
         config, sandbox = self.task.config, self.sandbox

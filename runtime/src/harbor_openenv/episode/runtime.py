@@ -81,7 +81,8 @@ class Runtime:
         self._unreset = 0  # of those, the ones that have not sent a reset yet
         self.draining = threading.Event()  # set by SIGTERM's drain: no new session or episode
         self.metrics = Metrics(self.snapshot)
-        self.forks = Forks(self._remove_image)  # the fork points and their committed images
+        # The fork points, their committed images and their branches' containers started ahead.
+        self.forks = Forks(self._remove_image, self._discard_unused, ttl_s=self.settings.fork_ttl_s)
 
     # -- sessions, readiness, drain ------------------------------------------------------------
 
@@ -308,6 +309,17 @@ class Runtime:
             pass
         except docker.errors.APIError as exc:
             raise SandboxError(f"removing the image {image[:19]} failed: {exc}") from None
+
+    def _discard_unused(self, sandbox: Sandbox, then: Callable[[], None]) -> None:
+        """Remove a container started for a fork's branch that no reset took (its ID expired
+        or the server stops); it counted against the session limit until it is gone."""
+        ending = self.pool.ending()
+
+        def gone() -> None:
+            ending()
+            then()
+
+        self.discard(sandbox, gone)
 
     def discard(self, sandbox: Sandbox, then: Callable[[], None]) -> None:
         """Remove an ended episode's container in the background, so the step that ended the

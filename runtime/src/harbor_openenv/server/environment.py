@@ -134,12 +134,12 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         try:
             if fork is not None:
                 try:
-                    point = self._runtime.forks.take(str(fork))
+                    point, ready = self._runtime.forks.take(str(fork))
                 except ForkError as exc:
                     return self._fail("reset", str(exc), done=True)
                 task = point.task
                 self._state.task_id = task.id
-                episode = self._episode = Episode.branch(self._runtime, point, str(fork))
+                episode = self._episode = Episode.branch(self._runtime, point, str(fork), ready)
             else:
                 chosen = self._runtime.catalog.pick(
                     task_id=task_id,
