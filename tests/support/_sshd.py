@@ -1,12 +1,15 @@
 """Debian's sshd on 127.0.0.1 (a free port), of the test's own: its config, host key and one
 client key in a fresh folder, ``docker system dial-stdio`` reaching the engine it is given
-(``SetEnv DOCKER_HOST``), and ``home`` a client's ``HOME`` whose ``~/.ssh`` (config, key,
-known_hosts) docker-py's paramiko transport reads. Needs root (sshd does); .ci/sshd.sh installs
-it."""
+(``SetEnv DOCKER_HOST``), and a client's environment: ``HOME`` whose ``~/.ssh`` (config, key,
+known_hosts) docker-py's paramiko transport reads, and first on ``PATH`` an ``ssh`` that reads
+that config (OpenSSH takes ``~`` from the password database, not ``HOME``), for the compose CLI.
+Nothing of the machine's own ``~/.ssh`` is read or written. Needs root (sshd does); .ci/sshd.sh
+installs it."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -25,8 +28,8 @@ class SshdError(RuntimeError):
 
 
 @contextlib.contextmanager
-def serve_sshd(docker_host: str) -> Iterator[tuple[str, Path]]:
-    """``(DOCKER_HOST for ssh://, HOME of its client)``, sshd stopped and its folder removed
+def serve_sshd(docker_host: str) -> Iterator[dict[str, str]]:
+    """A client's ``DOCKER_HOST``, ``HOME`` and ``PATH``; sshd stopped and its folder removed
     after."""
     if not Path(SSHD).exists():
         raise SshdError(f"{SSHD} is missing: run .ci/sshd.sh")
@@ -52,13 +55,26 @@ def serve_sshd(docker_host: str) -> Iterator[tuple[str, Path]]:
         home = folder / "home"
         (home / ".ssh").mkdir(parents=True, mode=0o700)
         shutil.copy(folder / "client", home / ".ssh" / "id_ed25519")
+        ssh_config = home / ".ssh" / "config"
+        ssh_config.write_text(
+            f"Host 127.0.0.1\n  IdentityFile {home / '.ssh' / 'id_ed25519'}\n"
+            f"  UserKnownHostsFile {home / '.ssh' / 'known_hosts'}\n"
+        )
+        wrapper = home / "bin" / "ssh"
+        wrapper.parent.mkdir()
+        wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {ssh_config} "$@"\n')
+        wrapper.chmod(0o755)
         kind, key = (folder / "host.pub").read_text().split()[:2]
         (home / ".ssh" / "known_hosts").write_text(f"[127.0.0.1]:{port} {kind} {key}\n")
         log = folder / "sshd.log"
         process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=log.open("wb"))
         try:
             _wait_listening(port, process, log)
-            yield f"ssh://root@127.0.0.1:{port}", home
+            yield {
+                "DOCKER_HOST": f"ssh://root@127.0.0.1:{port}",
+                "HOME": str(home),
+                "PATH": f"{wrapper.parent}:{os.environ['PATH']}",
+            }
         finally:
             stop_process(process, 15, 10)
     finally:

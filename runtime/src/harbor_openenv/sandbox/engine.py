@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import docker
+import docker.errors
+import requests
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.transport.sshconn import SSHHTTPAdapter
 from docker.transport.unixconn import UnixHTTPAdapter, UnixHTTPConnectionPool
@@ -73,7 +75,12 @@ def connect(
         # requests would take REQUESTS_CA_BUNDLE (or CURL_CA_BUNDLE) over the CA docker-py set
         # from DOCKER_CERT_PATH: a TLS engine is verified against its own CA only.
         api.trust_env = False
-    api._version = api.version(api_version=False)["ApiVersion"]  # type: ignore[attr-defined]
+    try:
+        api._version = api.version(api_version=False)["ApiVersion"]  # type: ignore[attr-defined]
+    except (requests.RequestException, KeyError) as exc:
+        raise docker.errors.DockerException(
+            f"cannot reach {env.get('DOCKER_HOST') or 'the default socket'}: {exc}"
+        ) from None
     client.ping()
     return client
 
