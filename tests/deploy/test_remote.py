@@ -1,5 +1,6 @@
 """A server with no Docker engine of its own: it reaches a remote engine by TCP with TLS (client
-certificates made in the test) and by SSH (a local sshd whose ``docker system dial-stdio`` reaches
+certificates made in the test, given to the server as contents, as a Space's secrets are) and by
+SSH (a local sshd whose ``docker system dial-stdio`` reaches
 that engine), from a mount namespace where the machine's ``/var/run/docker.sock`` is hidden
 (tests/support/_remote.py). The bundled examples, a compose task and a multi-step task score 1.0
 on each transport, the agent's own fix included; nothing is left on the remote engine or created
@@ -62,9 +63,19 @@ def ssh_env(engine) -> Iterator[dict[str, str]]:
         pytest.fail(str(exc))
 
 
+def secrets(engine: Engine) -> dict[str, str]:
+    """The client certificates as ``HARBOR_OPENENV_DOCKER_TLS_*`` contents, no file named."""
+    folder = Path(engine.tls_env["DOCKER_CERT_PATH"])
+    names = {"CA": "ca.pem", "CERT": "cert.pem", "KEY": "key.pem"}
+    return {f"HARBOR_OPENENV_DOCKER_TLS_{k}": (folder / v).read_text() for k, v in names.items()}
+
+
 @pytest.fixture(scope="module", params=["tls", "ssh"])
 def srv(request, engine, tasks, docker_client) -> Iterator[Server]:
-    docker_env = engine.tls_env if request.param == "tls" else request.getfixturevalue("ssh_env")
+    if request.param == "tls":  # as a Space gives them: the certificates' contents as secrets
+        docker_env = {"DOCKER_HOST": engine.tls_env["DOCKER_HOST"], **secrets(engine)}
+    else:
+        docker_env = request.getfixturevalue("ssh_env")
     started = time.perf_counter()
     server = Server(
         tasks, prefix=NO_SOCKET, HARBOR_OPENENV_MAX_SESSIONS="4", **remote_env(docker_env)

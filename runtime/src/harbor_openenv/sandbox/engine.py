@@ -5,7 +5,9 @@ host's socket or remote by TCP with TLS or by SSH."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -83,6 +85,21 @@ def connect(
         ) from None
     client.ping()
     return client
+
+
+def use_tls_contents(ca: str, cert: str, key: str) -> Path:
+    """Write a TLS engine's ``ca.pem``, ``cert.pem`` and ``key.pem`` given as contents (a host
+    whose secrets are variables, not files) into a new private folder and point
+    ``DOCKER_CERT_PATH`` and ``DOCKER_TLS_VERIFY`` of this process there, so docker-py and the
+    compose CLI it runs both use them; the folder."""
+    folder = Path(tempfile.mkdtemp(prefix="harbor-openenv-docker-tls-"))  # mode 0700
+    for name, text in (("ca.pem", ca), ("cert.pem", cert), ("key.pem", key)):
+        path = folder / name
+        path.touch(mode=0o600)
+        path.write_text(text.strip() + "\n", encoding="utf-8")
+    os.environ["DOCKER_CERT_PATH"] = str(folder)
+    os.environ["DOCKER_TLS_VERIFY"] = "1"
+    return folder
 
 
 def is_local(client: docker.DockerClient) -> bool:
