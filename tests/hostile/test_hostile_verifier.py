@@ -1,7 +1,8 @@
 """A hostile agent against evaluate and solve, at the server's default settings, as root and as an
 unprivileged user: no reward it did not earn, no answer key it was not given, no server memory it
 can claim. Each attack here scored or crashed before the helper, the engine reads and the
-catch-all of evaluate (the issue "Hostile agents, round two")."""
+catch-all of evaluate (the issue "Hostile agents, round two"). The attacks on the shared server
+run twice: on this machine's engine and on a remote one reached by TLS alone."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _remote import NO_SOCKET, remote_engine, remote_env
 from _server import Server, runtime_containers
 
 pytestmark = pytest.mark.docker
@@ -165,11 +167,19 @@ def tasks(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def srv(docker_client, tasks):
-    server = Server(tasks)  # the defaults, but the token
-    yield server
-    server.stop()
+@pytest.fixture(scope="module", params=["local", "remote-tls"])
+def srv(request, docker_client, tasks):
+    """The server at its defaults (but the token), on this machine's engine, then on a remote one
+    by TLS from a server that cannot reach this machine's engine (tests/support/_remote.py)."""
+    if request.param == "local":
+        server = Server(tasks)
+        yield server
+        server.stop()
+        return
+    with remote_engine(docker_client, "hostile") as engine:
+        server = Server(tasks, prefix=NO_SOCKET, **remote_env(engine.tls_env))
+        yield server
+        server.stop()
 
 
 def rss_mib(pid: int) -> float:

@@ -24,8 +24,10 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import docker
+from _certs import make_certs
 
 from harbor_openenv.client.launch import stop_process
 
@@ -41,7 +43,9 @@ class EngineError(RuntimeError):
 class Engine:
     """A ``dockerd`` of its own, started and answering; ``host`` is its ``DOCKER_HOST``."""
 
-    def __init__(self, name: str, *, timeout: float = 60) -> None:
+    def __init__(self, name: str, *, timeout: float = 60, tls_port: int | None = None) -> None:
+        """``tls_port``: also listen on ``tcp://127.0.0.1:PORT`` with ``--tlsverify``, by
+        certificates made here (``tls_env`` is a client's environment for it)."""
         if os.geteuid() != 0:
             raise EngineError("extra Docker engines need root (dockerd runs as root)")
         if not Path(DOCKERD).exists():
@@ -51,6 +55,14 @@ class Engine:
         self.host = f"unix://{self.folder / 'docker.sock'}"
         self.log = self.folder / "dockerd.log"
         argv = [DOCKERD, "--config-file", str(DAEMON_JSON), "--host", self.host]
+        self.tcp: str | None = None
+        self.certs: Path | None = None
+        if tls_port is not None:
+            server, self.certs = make_certs(self.folder / "certs")
+            self.tcp = f"tcp://127.0.0.1:{tls_port}"
+            argv += ["--host", self.tcp, "--tlsverify", "--tlscacert", str(server / "ca.pem")]
+            argv += ["--tlscert", str(server / "server.pem")]
+            argv += ["--tlskey", str(server / "server-key.pem")]
         for flag, path in (("--data-root", "data"), ("--exec-root", "exec"), ("--pidfile", "pid")):
             argv += [flag, str(self.folder / path)]
         with self.log.open("wb") as log:
@@ -63,6 +75,24 @@ class Engine:
         except BaseException:
             self.stop()
             raise
+
+    @property
+    def tls_env(self) -> dict[str, str]:
+        """Docker's own settings for a client of the TLS listener."""
+        assert self.tcp is not None and self.certs is not None, "started without tls_port"
+        return {
+            "DOCKER_HOST": self.tcp,
+            "DOCKER_TLS_VERIFY": "1",
+            "DOCKER_CERT_PATH": str(self.certs),
+        }
+
+    def load_images(self, source: docker.DockerClient, *names: str) -> None:
+        """Copy images from another engine (``docker save`` there, ``load`` here), in one archive
+        (layers they share travel once)."""
+        assert self.client is not None
+        api: Any = source.api  # docker-py's request helpers, undeclared
+        saved = api._get(api._url("/images/get"), params={"names": list(names)}, stream=True)
+        self.client.api.load_image(b"".join(api._stream_raw_result(saved, 1 << 20, False)))
 
     def _wait_up(self, timeout: float) -> docker.DockerClient:
         deadline = time.monotonic() + timeout

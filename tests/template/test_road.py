@@ -27,6 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from _remote import remote_engine
 from _template_helpers import REPO, commit_all, git
 
 pytestmark = pytest.mark.docker
@@ -280,3 +281,50 @@ def test_docker_route_and_update(checkout):
     commit_all(env, "update")
     output = shell(step["run"], cwd=env)
     assert "::warning::" not in output, output
+
+
+def test_remote_route_with_no_socket(checkout, docker_client):
+    """The rendered README's "On a Space" block: the image with no socket and no file mounted,
+    the engine a remote one by TLS (a dockerd of its own on 127.0.0.1, tests/support/_remote.py),
+    the certificates' contents as variables; the trainer snippet scores 1.0 and every container
+    of the episode ran on the remote engine (its image built there), and nothing is left there
+    after it stops."""
+    port, name = free_port(), NAME
+    env = render(checkout, port, name)
+    readme = (env / "README.md").read_text()
+    shell(readme_block(readme, "build-offline"), cwd=env)
+    run = readme_block(readme, "remote").replace("change-me", TOKEN)
+    assert "/var/run/docker.sock" not in run and "-v " not in run
+    with remote_engine(docker_client, "road") as engine:
+        shutil.copytree(engine.tls_env["DOCKER_CERT_PATH"], env / "certs")
+        tcp = engine.tls_env["DOCKER_HOST"]
+        run = run.replace("tcp://ENGINE_HOST:2376", tcp).replace(
+            f"-p {port}:{port}", "--network host"  # the README's documented option
+        )
+        server = subprocess.Popen(
+            ["bash", "-c", run], cwd=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        try:
+            assert wait_healthy(f"http://127.0.0.1:{port}"), "the server did not come up"
+            out = run_trainer(trainer(readme, port), env, trainer_venv(readme, env))
+            assert "reward: 1.0" in out, out
+            assert engine.client is not None
+        finally:
+            server.terminate()
+            try:
+                output = server.communicate(timeout=60)[0].decode(errors="replace")
+            except subprocess.TimeoutExpired:
+                server.kill()
+                output = ""
+            ids = subprocess.run(
+                ["docker", "ps", "-q", "--filter", f"ancestor={name}"],
+                capture_output=True,
+                text=True,
+            ).stdout.split()
+            if ids:
+                subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+        ours = {"label": "harbor-openenv"}
+        assert engine.client.api.containers(all=True, filters=ours) == [], output
+        assert engine.client.volumes.list(filters=ours) == [], output
+        built = [i for i in engine.client.images.list() if "debian:bookworm-slim" not in i.tags]
+        assert built, "the task's image was not built on the remote engine"

@@ -147,6 +147,18 @@ class Settings:
         default=None,
         metadata=_about("network for task image builds, sidecars' too (default: the engine's)"),
     )
+    docker_tls_ca: str | None = field(
+        default=None,
+        metadata=_about("a remote engine's CA certificate, PEM contents (a ca.pem)"),
+    )
+    docker_tls_cert: str | None = field(
+        default=None,
+        metadata=_about("the client certificate for that engine, PEM contents (a cert.pem)"),
+    )
+    docker_tls_key: str | None = field(
+        default=None,
+        metadata=_about("its private key, PEM contents (a key.pem)"),
+    )
     pool_size: int = field(
         default=0,
         metadata=_about(

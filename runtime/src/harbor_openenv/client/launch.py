@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
@@ -63,7 +64,9 @@ class Server:
     ``token``: the orchestration token (default: a fresh one). ``port``: the port to listen on
     (default: a free one; a replica restarted behind a balancer keeps its port). ``log``: a file
     for the server's output, which is otherwise kept in memory; ``output`` reads it either way.
-    ``health_s``: the seconds from launch to the first healthy ``/health``. Raises RuntimeError,
+    ``prefix``: a command the server runs under (e.g. ``unshare``), which ends by running its
+    arguments in its own process. ``health_s``: the seconds from launch to the first healthy
+    ``/health``. Raises RuntimeError,
     with the output, when the server exits or is not healthy within ``timeout`` seconds.
     """
 
@@ -75,6 +78,7 @@ class Server:
         port: int | None = None,
         log: Path | None = None,
         timeout: float = 120,
+        prefix: Sequence[str] = (),
         **env: str,
     ) -> None:
         self.port = port or free_port()
@@ -89,6 +93,7 @@ class Server:
             **env,
         }
         command = [
+            *prefix,
             sys.executable,
             "-m",
             "uvicorn",

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import docker
 import docker.errors
@@ -150,6 +151,14 @@ class Runtime:
         """The engine client, connected on first use so /health never touches Docker."""
         with self._lock:
             if self._docker is None:
+                settings = self.settings
+                tls = (settings.docker_tls_ca, settings.docker_tls_cert, settings.docker_tls_key)
+                if any(tls):
+                    if not all(tls):
+                        raise SandboxError(
+                            "HARBOR_OPENENV_DOCKER_TLS_CA, _CERT and _KEY go together: one is unset"
+                        )
+                    engine.use_tls_contents(*cast(tuple[str, str, str], tls))
                 try:
                     # Each session's thread, the warm pool and the disk guard share it.
                     client = engine.connect(concurrency=self.pool.limit + 8)

@@ -28,16 +28,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import select
-import socket
 import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from harbor_openenv.helper import contract
 
+from . import stream
 from .command import Command
 from .errors import SandboxError
 from .result import ExecResult
@@ -92,7 +91,7 @@ class Channel:
     def __init__(self, sock: Any, user: str) -> None:
         self.user = user
         self._sock = sock  # docker-py's wrapper; closing it ends the exec's stream
-        self._raw = cast(socket.socket, getattr(sock, "_sock", sock))
+        self._raw = stream.raw_socket(sock)
         self._buffer = bytearray()  # multiplexed stream bytes not yet framed
         self._stdout = bytearray()  # framed standard output not yet parsed
         self._stderr = 0
@@ -165,7 +164,7 @@ class Channel:
             if len(self._stdout) >= count:
                 return
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([self._raw], [], [], remaining)[0]:
+            if remaining <= 0 or not stream.wait_readable(self._raw, remaining):
                 raise ChannelError("no answer in time")
             try:
                 data = self._raw.recv(1 << 16)

@@ -37,6 +37,7 @@ from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, keeper_command
 from .channel import Channel
 from .command import Command
 from .docker import DockerSandbox, image_config
+from .engine import is_local
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK, make_scratch
 from .result import ExecResult
@@ -299,6 +300,14 @@ class ComposeSandbox(Sandbox):
                 f"{task_id}/environment/docker-compose.yaml: no service named 'main'"
                 " (Harbor runs the agent in the service called main)"
             )
+        binds = [] if is_local(client) else _bind_mounts(model)
+        if binds:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise SandboxError(
+                f"{task_id}/environment/docker-compose.yaml binds paths of the server's host"
+                f" ({', '.join(binds)}), which a remote Docker engine cannot mount: use a named"
+                " volume, or COPY the files into the image"
+            )
         labels = {LABEL: "1", LABEL_OWNER: owner, LABEL_TASK: task_id[:200], LABEL_PROJECT: name}
         override: dict[str, Any] = {
             "services": {svc: {"labels": labels} for svc in model["services"]}
@@ -412,6 +421,16 @@ class ComposeSandbox(Sandbox):
 
     def disk_usage(self) -> int:
         return self.main.disk_usage()
+
+
+def _bind_mounts(model: dict[str, Any]) -> list[str]:
+    """``service:source`` of every bind mount in a resolved compose model."""
+    found = []
+    for service, spec in (model.get("services") or {}).items():
+        for volume in (spec or {}).get("volumes") or []:
+            if isinstance(volume, dict) and volume.get("type") == "bind":
+                found.append(f"{service}:{volume.get('source')}")
+    return found
 
 
 def _escape(value: str) -> str:

@@ -2,8 +2,8 @@
 
 Containers carry the owner labels of :mod:`.owner`, so a server removes its own at shutdown and,
 at startup, the ones a dead server left behind. Two fixes to docker-py's exec stream live here:
-output read along with the response headers is kept (:func:`_read_ahead`), and the multiplexed
-frames are read with a deadline (:func:`_frames`).
+output read along with the response headers is kept (:func:`.stream.read_ahead`), and the
+multiplexed frames are read with a deadline (:func:`.stream.frames`), on any transport.
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ import functools
 import io
 import json
 import logging
-import select
-import socket
-import struct
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -29,6 +26,7 @@ from docker.models.containers import Container
 from harbor_openenv import helper
 from harbor_openenv.helper import contract
 
+from . import stream
 from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, keeper_command
 from .channel import Channel
 from .command import Command
@@ -238,13 +236,13 @@ class DockerSandbox(Sandbox):
             sock = api.attach_socket(cast(str, self.container.id), params=params)
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot reach the keeper: {exc.explanation or exc}") from None
-        raw = cast(socket.socket, getattr(sock, "_sock", sock))
+        raw = stream.raw_socket(sock)
         ident = request.split("\t", 1)[0].encode() + b" "
         buffer = b""
         try:
             raw.sendall(request.encode() + b"\n")
             deadline = time.monotonic() + timeout_s
-            for data in _frames(raw, deadline, _read_ahead(sock, raw)):
+            for data in stream.frames(raw, deadline, stream.read_ahead(sock, raw)):
                 buffer += data
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -298,14 +296,14 @@ class DockerSandbox(Sandbox):
             sock = api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as exc:
             raise SandboxError(f"exec failed: {exc.explanation or exc}") from None
-        raw = cast(socket.socket, getattr(sock, "_sock", sock))  # the socket below its wrapper
+        raw = stream.raw_socket(sock)
         chunks, size, truncated, timed_out = [], 0, False, False
         try:
             if stdin is not None:
                 raw.sendall(stdin() if callable(stdin) else stdin)
-                raw.shutdown(socket.SHUT_WR)
+                stream.close_write(raw)
             deadline = time.monotonic() + command.timeout_s
-            for data in _frames(raw, deadline, _read_ahead(sock, raw)):
+            for data in stream.frames(raw, deadline, stream.read_ahead(sock, raw)):
                 room = max_output - size
                 if room > 0:
                     chunks.append(data[:room])
@@ -389,50 +387,6 @@ def _archive_stat(response: requests.Response) -> dict[str, Any]:
     except ValueError:
         return {}
     return stat if isinstance(stat, dict) else {}
-
-
-def _read_ahead(sock: object, raw: socket.socket) -> bytes:
-    """The stream bytes the HTTP client read along with the response headers.
-
-    docker-py hands out the socket below the response's buffered reader, so output that arrived
-    in the same read as the headers sits in that buffer and is lost to a reader of the socket
-    (docker-py issue 3332: empty output under load). A non-blocking read1 returns what the buffer
-    holds, or what the socket has, without waiting.
-    """
-    reader = getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None)
-    reader = getattr(reader, "fp", None)
-    if reader is None:
-        return b""
-    timeout = raw.gettimeout()
-    raw.settimeout(0.0)
-    try:
-        return reader.read1(1 << 16) or b""
-    except BlockingIOError:
-        return b""
-    finally:
-        raw.settimeout(timeout)
-
-
-def _frames(sock: socket.socket, deadline: float, buffer: bytes = b"") -> Iterator[bytes]:
-    """Payloads of Docker's multiplexed exec stream (``buffer``: bytes already read from it),
-    raising TimeoutError past ``deadline``."""
-    while True:
-        while len(buffer) >= 8:
-            size = struct.unpack(">I", buffer[4:8])[0]
-            if len(buffer) < 8 + size:
-                break
-            yield buffer[8 : 8 + size]
-            buffer = buffer[8 + size :]
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError
-        ready, _, _ = select.select([sock], [], [], remaining)
-        if not ready:
-            raise TimeoutError
-        data = sock.recv(1 << 16)
-        if not data:
-            return
-        buffer += data
 
 
 class _StreamReader(io.RawIOBase):

@@ -1,10 +1,20 @@
-"""The Docker engine client every part of the runtime uses, safe under many threads."""
+"""The Docker engine client every part of the runtime uses, safe under many threads: the engine
+Docker's own settings name (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``, ``DOCKER_CERT_PATH``), on this
+host's socket or remote by TCP with TLS or by SSH."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import docker
+import docker.errors
+import requests
+from docker.constants import MINIMUM_DOCKER_API_VERSION
+from docker.transport.sshconn import SSHHTTPAdapter
 from docker.transport.unixconn import UnixHTTPAdapter, UnixHTTPConnectionPool
 
 _API_TIMEOUT_S = 300
@@ -22,10 +32,33 @@ class _OnePoolAdapter(UnixHTTPAdapter):
         return super().get_connection(self.socket_path, proxies)
 
 
-def connect(*, concurrency: int = 10, timeout_s: int = _API_TIMEOUT_S) -> docker.DockerClient:
-    """A client for the engine ``DOCKER_HOST`` names, keeping up to ``concurrency`` idle
-    connections (the most requests expected at once). Raises docker's ``DockerException``."""
-    client = docker.from_env(timeout=timeout_s, max_pool_size=concurrency)
+class _OneSSHPoolAdapter(SSHHTTPAdapter):
+    """The same for an SSH engine: one pool of channels over the one SSH connection."""
+
+    def get_connection(self, url: str | bytes, proxies: Mapping[str, str] | None = None) -> Any:
+        return super().get_connection("ssh", proxies)
+
+
+def connect(
+    *,
+    concurrency: int = 10,
+    timeout_s: int = _API_TIMEOUT_S,
+    environment: Mapping[str, str] | None = None,
+) -> docker.DockerClient:
+    """A client for the engine ``DOCKER_HOST`` names (in ``environment``, default this process's),
+    keeping up to ``concurrency`` idle connections (the most requests expected at once).
+
+    ``ssh://`` goes through paramiko (``~/.ssh``'s config, keys and known_hosts; ``docker system
+    dial-stdio`` on the far side); a TLS engine is verified against ``DOCKER_CERT_PATH``'s
+    ``ca.pem`` alone. Raises docker's ``DockerException``.
+    """
+    env = dict(os.environ if environment is None else environment)
+    client = docker.from_env(
+        timeout=timeout_s,
+        max_pool_size=concurrency,
+        environment=env,
+        version=MINIMUM_DOCKER_API_VERSION,  # negotiated below, once requests are set up
+    )
     api = client.api
     old = api.get_adapter(api.base_url)
     if isinstance(old, UnixHTTPAdapter):
@@ -35,5 +68,40 @@ def connect(*, concurrency: int = 10, timeout_s: int = _API_TIMEOUT_S) -> docker
         api.mount("http+docker://", adapter)
         api._custom_adapter = adapter  # type: ignore[attr-defined]  # docker-py's fallback adapter
         old.close()
+    elif isinstance(old, SSHHTTPAdapter):
+        ssh = _OneSSHPoolAdapter(f"ssh://{old.ssh_host}", timeout_s, max_pool_size=concurrency)
+        api.mount("http+docker://ssh", ssh)
+        api._custom_adapter = ssh  # type: ignore[attr-defined]
+        old.close()
+    if api.base_url.startswith("https://"):
+        # requests would take REQUESTS_CA_BUNDLE (or CURL_CA_BUNDLE) over the CA docker-py set
+        # from DOCKER_CERT_PATH: a TLS engine is verified against its own CA only.
+        api.trust_env = False
+    try:
+        api._version = api.version(api_version=False)["ApiVersion"]  # type: ignore[attr-defined]
+    except (requests.RequestException, KeyError) as exc:
+        raise docker.errors.DockerException(
+            f"cannot reach {env.get('DOCKER_HOST') or 'the default socket'}: {exc}"
+        ) from None
     client.ping()
     return client
+
+
+def use_tls_contents(ca: str, cert: str, key: str) -> Path:
+    """Write a TLS engine's ``ca.pem``, ``cert.pem`` and ``key.pem`` given as contents (a host
+    whose secrets are variables, not files) into a new private folder and point
+    ``DOCKER_CERT_PATH`` and ``DOCKER_TLS_VERIFY`` of this process there, so docker-py and the
+    compose CLI it runs both use them; the folder."""
+    folder = Path(tempfile.mkdtemp(prefix="harbor-openenv-docker-tls-"))  # mode 0700
+    for name, text in (("ca.pem", ca), ("cert.pem", cert), ("key.pem", key)):
+        path = folder / name
+        path.touch(mode=0o600)
+        path.write_text(text.strip() + "\n", encoding="utf-8")
+    os.environ["DOCKER_CERT_PATH"] = str(folder)
+    os.environ["DOCKER_TLS_VERIFY"] = "1"
+    return folder
+
+
+def is_local(client: docker.DockerClient) -> bool:
+    """Whether the engine is reached through a unix socket of this host."""
+    return client.api.base_url.startswith("http+docker://localhost")

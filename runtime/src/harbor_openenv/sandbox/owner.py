@@ -18,6 +18,8 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from .engine import is_local
+
 LABEL = "harbor-openenv"
 LABEL_OWNER = "harbor-openenv.owner"
 LABEL_TASK = "harbor-openenv.task"
@@ -69,7 +71,9 @@ def owner_alive(client: docker.DockerClient, owner: str) -> bool:
 
     Certain only where this process sees the owner's PIDs (the same scope); a server in another
     container counts as alive while that container runs (a restarted one sweeps its own); a
-    server elsewhere on a host, seen from a container, cannot be checked and is kept.
+    server elsewhere on a host, seen from a container, cannot be checked and is kept, and so is a
+    server container a remote engine does not know (it runs on another host: see
+    :func:`.engine.is_local`).
     """
     scope, _, rest = owner.partition(":")
     pid, _, start = rest.partition(":")
@@ -80,7 +84,7 @@ def owner_alive(client: docker.DockerClient, owner: str) -> bool:
     try:
         return bool(client.api.inspect_container(scope[2:])["State"]["Running"])
     except docker.errors.NotFound:
-        return False
+        return not is_local(client)
     except docker.errors.APIError:
         return True  # cannot tell: keep its containers
 
