@@ -23,6 +23,7 @@ from harbor_openenv.episode.fork import Forks
 from harbor_openenv.episode.metrics import Metrics, Snapshot
 from harbor_openenv.episode.pool import ContainerPool
 from harbor_openenv.episode.record import Recorder
+from harbor_openenv.harness.capture import CaptureProxy
 from harbor_openenv.images.lock import LOCK_NAME, LockedImage, read_lock, stale_pin
 from harbor_openenv.images.resolver import ImageError, ImageResolver, verifier_source
 from harbor_openenv.sandbox import (
@@ -82,6 +83,7 @@ class Runtime:
         self.draining = threading.Event()  # set by SIGTERM's drain: no new session or episode
         self.metrics = Metrics(self.snapshot)
         self.forks = Forks(self._remove_image)  # the fork points and their committed images
+        self._capture: CaptureProxy | None = None  # started by the first rollout
 
     # -- sessions, readiness, drain ------------------------------------------------------------
 
@@ -326,6 +328,15 @@ class Runtime:
         except RuntimeError:  # shutting down: no new background work
             remove()
 
+    def capture(self) -> CaptureProxy:
+        """The server's one capture proxy (127.0.0.1, a free port), started on first use."""
+        with self._lock:
+            if self._capture is None:
+                self._capture = CaptureProxy()
+            proxy = self._capture
+        proxy.start()
+        return proxy
+
     def shutdown(self) -> int:
         """Finish pending removals, empty the warm pool and remove every container this server
         started."""
@@ -336,6 +347,8 @@ class Runtime:
         self.disk.close()
         self.pool.close()
         self.forks.close()
+        if self._capture is not None:
+            self._capture.stop()
         if self._docker is None:
             return 0
         return remove_containers(self._docker, owner=self.owner)
