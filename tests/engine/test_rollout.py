@@ -6,6 +6,7 @@ server keep to their own sessions; a crash, a timeout or a refused endpoint give
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 
@@ -38,8 +39,13 @@ def model():
 
 
 @pytest.fixture(scope="module")
-def server():
-    srv = Server(EXAMPLES, HARBOR_OPENENV_MAX_SESSIONS="10")
+def records(tmp_path_factory):
+    return tmp_path_factory.mktemp("records")
+
+
+@pytest.fixture(scope="module")
+def server(records):
+    srv = Server(EXAMPLES, HARBOR_OPENENV_MAX_SESSIONS="10", HARBOR_OPENENV_RECORD_DIR=str(records))
     yield srv
     srv.stop()
 
@@ -89,6 +95,32 @@ def test_token_ids_are_the_models_turn_by_turn_and_linked_by_prefix(server, mode
     (sequence,) = answer.info["rollout"]["sequences"]
     assert sum(sequence["loss_mask"]) == sum(len(t["completion_token_ids"]) for t in turns)
     assert "marker" not in decode(sequence["input_ids"])
+
+
+def test_a_rollout_is_recorded_with_the_proxys_token_data(server, model, records):
+    answer = rollout(server, model, "hello-world", "fix-hello", max_turns=10, timeout_s=120)
+    turns = answer.info["rollout"]["turns"]
+
+    def recorded():
+        for path in records.glob("*/*/result.json"):
+            result = json.loads(path.read_text())
+            details = result.get("agent_result", {}).get("rollout_details")
+            if (
+                details
+                and details[0]["completion_token_ids"][0] == turns[0]["completion_token_ids"]
+            ):
+                return path.parent, result
+        return None
+
+    assert wait_until(lambda: recorded() is not None, timeout=30)
+    trial, result = recorded()
+    assert result["verifier_result"]["rewards"] == {"reward": 1.0}
+    (detail,) = result["agent_result"]["rollout_details"]
+    assert detail["prompt_token_ids"] == [t["prompt_token_ids"] for t in turns]
+    steps = json.loads((trial / "agent" / "trajectory.json").read_text())["steps"]
+    assert [s["metrics"]["completion_token_ids"] for s in steps if s["source"] == "agent"] == [
+        t["completion_token_ids"] for t in turns
+    ]
 
 
 def test_eight_concurrent_rollouts_keep_to_their_own_sessions(server, model):
