@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _interop import CHROMIUM_ARGS, HARBOR_VENV
-from _records import record_episodes, recorder
+from _records import record_episodes, record_rollout, recorder
 from _server import FIXTURE_TASKS, Server, wait_until
 
 from harbor_openenv.client.launch import free_port, stop_process
@@ -172,6 +172,46 @@ def test_harbor_view_shows_each_episode_and_its_reward(tmp_path) -> None:
         log.close()
     print(f"screenshot: {screenshot}")
     assert screenshot.stat().st_size > 10_000
+
+
+@pytest.mark.timeout(600)
+def test_harbor_reads_a_rollouts_token_data_and_view_shows_its_tokens(tmp_path) -> None:
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is missing: run .ci/interop-tools.sh"
+    rec = recorder(tmp_path)
+    trial = record_rollout(rec)
+    rec.close()
+    harbor = subprocess.run(
+        [str(HARBOR_VENV / "bin" / "python"), "-W", "ignore", "-c", HARBOR_LOADS, str(rec.job_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert harbor.returncode == 0, harbor.stderr
+    assert [trial.name, {"reward": 1.0}, None] in json.loads(harbor.stdout)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "harbor-view.log").open("w")
+    view = subprocess.Popen(
+        [str(HARBOR_VENV / "bin" / "harbor"), "view", str(rec.record_dir), "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/api/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        assert wait_until(up, timeout=60), (tmp_path / "harbor-view.log").read_text()
+        page = f"{url}/jobs/{rec.job_dir.name}/trials/{trial.name}"
+        text = page_text(chromium, page, tmp_path / "profile")
+        assert "No token data" not in text and "18 tokens" in text, text
+    finally:
+        stop_process(view, timeout=20)
+        log.close()
 
 
 @pytest.mark.docker

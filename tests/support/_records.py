@@ -61,3 +61,51 @@ def record_episodes(rec: Recorder) -> dict[str, Path]:
     three.finish()
     rec.flush()
     return {"single": one.trial_dir, "multi": two.trial_dir, "none": three.trial_dir}
+
+
+ROLLOUT_TURNS = [  # as info["rollout"]["turns"] has them: the proxy's record of two model calls
+    {
+        "node_id": "n0",
+        "parent_id": None,
+        "n_prompt": 4,
+        "n_sampled": 3,
+        "prompt_token_ids": [1, 2, 3, 4],
+        "completion_token_ids": [5, 6, 7],
+        "logprobs": [-0.1, -0.2, -0.3],
+        "message": {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+                }
+            ],
+        },
+    },
+    {
+        "node_id": "n1",
+        "parent_id": "n0",
+        "n_prompt": 9,
+        "n_sampled": 2,
+        "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9],
+        "completion_token_ids": [10, 11],
+        "logprobs": [-0.5, -0.6],
+        "message": {"role": "assistant", "content": "done"},
+    },
+]
+
+
+def record_rollout(rec: Recorder) -> Path:
+    """A rollout: its action (not an agent step), its captured turns, its verifier's reward."""
+    ep = rec.start("hello-world", "Write hello.txt saying Hello, world!", "episode-r")
+    ep.rollout("mini-swe-agent", "scripted-model", ROLLOUT_TURNS)
+    ep.step(
+        {"action_type": "rollout", "harness": "mini-swe-agent", "model": "scripted-model"},
+        {"output": "PASS", "reward": 1.0, "done": True},
+    )
+    ep.verified(None, 1.0, {"reward": 1.0}, "PASS", None)
+    ep.finish()
+    rec.flush()
+    return ep.trial_dir

@@ -28,6 +28,8 @@ GIVEN = {
     "max_read_bytes": ("300", 300),
     "exec_channel": ("0", False),
     "solve_timeout_s": ("60", 60.0),
+    "rollout_timeout_s": ("600", 600.0),
+    "rollout_max_turns": ("20", 20),
     "pids_limit": ("64", 64),
     "default_cpus": ("0.5", 0.5),
     "default_memory_mb": ("512", 512),

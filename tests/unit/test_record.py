@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _records import NO_REWARD, record_episodes, recorder
+from _records import NO_REWARD, ROLLOUT_TURNS, record_episodes, record_rollout, recorder
 from _server import wait_until
 
 from harbor_openenv.config import Settings
@@ -131,6 +131,50 @@ def test_what_each_trial_holds(tmp_path) -> None:
     assert none["exception_info"]["exception_message"] == NO_REWARD
     assert (trials["none"] / "exception.txt").read_text() == NO_REWARD
     assert (trials["none"] / "verifier" / "test-stdout.txt").read_text().startswith("test.sh")
+
+
+def test_a_rollout_is_recorded_with_its_token_data(tmp_path) -> None:
+    rec = recorder(tmp_path)
+    trial = record_rollout(rec)
+    rec.close()
+    trajectory = json.loads((trial / "agent" / "trajectory.json").read_text())
+    assert trajectory["agent"] == {
+        "name": "mini-swe-agent",
+        "version": "unknown",
+        "model_name": "scripted-model",
+    }
+    user, *agent = trajectory["steps"]
+    assert user["source"] == "user" and [s["source"] for s in agent] == ["agent", "agent"]
+    assert agent[0]["tool_calls"] == [
+        {"tool_call_id": "call_1", "function_name": "bash", "arguments": {"command": "ls"}}
+    ]
+    for step, turn in zip(agent, ROLLOUT_TURNS, strict=True):
+        metrics = step["metrics"]
+        assert metrics["prompt_token_ids"] == turn["prompt_token_ids"]
+        assert metrics["completion_token_ids"] == turn["completion_token_ids"]
+        assert metrics["logprobs"] == turn["logprobs"]
+        assert metrics["extra"]["parent_id"] == turn["parent_id"]
+    assert trajectory["final_metrics"]["total_prompt_tokens"] == 13
+    assert trajectory["final_metrics"]["total_completion_tokens"] == 5
+    result = json.loads((trial / "result.json").read_text())
+    assert result["agent_info"]["name"] == "mini-swe-agent"
+    context = result["agent_result"]
+    assert (context["n_input_tokens"], context["n_output_tokens"]) == (13, 5)
+    (detail,) = context["rollout_details"]
+    assert detail["completion_token_ids"] == [[5, 6, 7], [10, 11]]
+    assert result["verifier_result"] == {"rewards": {"reward": 1.0}}
+
+
+def test_a_rollout_past_the_budget_keeps_its_turns_without_tokens(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(record, "MAX_EPISODE_CHARS", 600)
+    rec = recorder(tmp_path)
+    trial = record_rollout(rec)
+    rec.close()
+    trajectory = json.loads((trial / "agent" / "trajectory.json").read_text())
+    assert "token ids are not stored" in trajectory["notes"]
+    assert all("prompt_token_ids" not in s.get("metrics", {}) for s in trajectory["steps"])
+    result = json.loads((trial / "result.json").read_text())
+    assert "rollout_details" not in result["agent_result"]
 
 
 def test_the_orchestration_token_is_never_stored(tmp_path) -> None:

@@ -92,6 +92,13 @@ class Settings:
         default=1800.0,
         metadata=_about("solve.sh's and setup.sh's timeout when the task sets none", float),
     )
+    rollout_timeout_s: float = field(
+        default=1800.0,
+        metadata=_about("default and cap of a rollout's time budget (the harness's run)", float),
+    )
+    rollout_max_turns: int = field(
+        default=100, metadata=_about("default and cap of a rollout's model calls", int)
+    )
     pids_limit: int = field(
         default=1024, metadata=_about("most processes in one task container", int)
     )

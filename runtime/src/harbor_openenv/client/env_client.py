@@ -57,6 +57,37 @@ class HarborEnvClient(EnvClient[HarborAction, HarborObservation, HarborState]):
         """Run the task's oracle (solution/solve.sh)."""
         return self.step(HarborAction(action_type="solve", token=self._token))
 
+    def rollout(
+        self,
+        harness: str,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        sampling: dict[str, float | int] | None = None,
+        max_turns: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """Let ``harness`` act on the episode with the trainer's model (``base_url``: its
+        OpenAI-compatible endpoint, which must return token ids and logprobs, as vLLM does), then
+        grade it as evaluate does; the episode ends. The answer's ``info["rollout"]`` is the
+        capture proxy's record: each turn's token ids, logprobs and parent, the sequences with
+        their loss masks. Reward None (and an error) when the harness failed or never called the
+        model; ``timeout_s`` must fit in this client's ``message_timeout_s``."""
+        return self.step(
+            HarborAction(
+                action_type="rollout",
+                token=self._token,
+                harness=harness,
+                base_url=base_url,
+                model=model,
+                api_key=api_key,
+                sampling=sampling,
+                max_turns=max_turns,
+                timeout_s=timeout_s,
+            )
+        )
+
     def fork(self, n: int = 1) -> Any:
         """Fork the running episode into ``n`` branches: the fork action (with this client's
         token), then one new client per branch, connected to the same server and reset with
@@ -127,8 +158,8 @@ def _check_branch(ident: str, result: StepResult[HarborObservation]) -> None:
 def agent_tools() -> list[dict[str, Any]]:
     """The agent's tools (exec, read, write) in the JSON-schema form LLM tool calling uses.
 
-    evaluate, solve and fork are deliberately absent: grading, solving and forking are the
-    trainer's business.
+    evaluate, solve, fork and rollout are deliberately absent: grading, solving, forking and
+    running a harness are the trainer's business.
     """
 
     def tool(

@@ -33,6 +33,7 @@ The API the environment calls (the writing happens on one background thread, nev
     ep = recorder.start(task_id, instruction, episode_id)   # after a reset that started a task
     ep.step(action, observation)    # each action (model_dump() dicts) and what it answered
     ep.verified(step, reward, metrics, output, error)       # each verifier run
+    ep.rollout(harness, model, turns)   # a rollout's captured model calls (its token data)
     ep.finish()                     # when the episode ends, however: queues the trial's files
     recorder.close()                # at server shutdown: writes what is queued, ends the job
 
@@ -46,6 +47,12 @@ The API the environment calls (the writing happens on one background thread, nev
 - ``reward`` is the scalar the trainer got; ``metrics`` (reward.json's keys) become Harbor's
   ``verifier_result.rewards``, or ``{"reward": reward}`` when there are none; ``error`` becomes
   the trial's (or the step's) ``exception_info``, typed as Harbor types verifier failures.
+- ``rollout``: the capture proxy's turns (as ``info["rollout"]["turns"]``) become the trajectory's
+  agent steps, each with its token ids and logprobs in the step's ``metrics`` and the totals in
+  ``final_metrics`` (what ``harbor view`` shows as tokens); ``result.json``'s ``agent_result`` gets
+  Harbor's ``n_input_tokens``, ``n_output_tokens`` and ``rollout_details``, its ``agent_info`` the
+  harness and model. A rollout action itself is not an agent step. Token lists count against the
+  episode's budget (8 characters an id); past it the turns are kept without them, with a note.
 - ``finish`` may be called more than once; calls after it are ignored. An episode never
   finished shows as running (config.json without result.json).
 
@@ -138,6 +145,18 @@ class _Verdict:
     error: str | None
 
 
+@dataclass(frozen=True)
+class _Rollout:
+    harness: str
+    model: str
+    turns: list[dict[str, Any]]
+    tokens_kept: bool
+
+
+_TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "logprobs")
+TOKEN_CHARS = 8  # what one token id or logprob costs the episode's budget
+
+
 @dataclass
 class _Segment:
     """The actions between two verifier runs (a multi-step task's step), with its instruction."""
@@ -217,6 +236,7 @@ class EpisodeRecord:
         self._dropped = 0
         self._actions = 0
         self._finished: float | None = None
+        self._rollout: _Rollout | None = None
         self._lock = threading.Lock()
 
     @property
@@ -229,6 +249,8 @@ class EpisodeRecord:
         kind = str(action.get("action_type") or "exec")
         with self._lock:
             if self._finished is not None:
+                return
+            if kind == "rollout":  # its turns come through rollout(), its grading verified()
                 return
             if kind == "evaluate":
                 self._evaluates += 1
@@ -274,6 +296,22 @@ class EpisodeRecord:
             if step is not None:
                 self._segments.append(_Segment(at))
                 self._place_instructions()
+
+    def rollout(self, harness: str, model: str, turns: list[Mapping[str, Any]]) -> None:
+        """Record a rollout's captured model calls (the proxy's turns, in arrival order)."""
+        with self._lock:
+            if self._finished is not None:
+                return
+            cost = sum(
+                STEP_OVERHEAD_CHARS + TOKEN_CHARS * sum(len(t.get(k) or []) for k in _TOKEN_FIELDS)
+                for t in turns
+            )
+            kept = cost <= self._budget
+            self._budget = max(0, self._budget - (cost if kept else 0))
+            copies = [
+                {k: v for k, v in turn.items() if kept or k not in _TOKEN_FIELDS} for turn in turns
+            ]
+            self._rollout = _Rollout(harness, model, copies, kept)
 
     def _place_instructions(self) -> None:
         """The k-th evaluate's instruction opens segment k, whichever of the evaluate's
@@ -379,6 +417,79 @@ def _trajectory(
     if notes:
         trajectory["notes"] = " ".join(notes)
     return trajectory
+
+
+def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """A captured chat message's tool calls as ATIF's (arguments decoded where they are JSON)."""
+    calls = []
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") or {}
+        raw = function.get("arguments")
+        try:
+            arguments = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            arguments = None
+        calls.append(
+            {
+                "tool_call_id": str(call.get("id") or f"call_{index + 1}"),
+                "function_name": str(function.get("name") or "unknown"),
+                "arguments": arguments if isinstance(arguments, dict) else {"raw": str(raw)},
+            }
+        )
+    return calls or None
+
+
+def _with_rollout(trajectory: dict[str, Any], rollout: _Rollout) -> dict[str, Any]:
+    """``trajectory`` with the rollout's captured turns as its agent steps, their token data in
+    each step's metrics and the totals in ``final_metrics``."""
+    steps = [step for step in trajectory["steps"] if step["source"] != "system"]
+    for turn in rollout.turns:
+        message = turn.get("message") or {}
+        content = message.get("content")
+        metrics: dict[str, Any] = {
+            "prompt_tokens": turn.get("n_prompt"),
+            "completion_tokens": turn.get("n_sampled"),
+        }
+        metrics.update({k: turn[k] for k in _TOKEN_FIELDS if turn.get(k) is not None})
+        metrics["extra"] = {"node_id": turn.get("node_id"), "parent_id": turn.get("parent_id")}
+        step: dict[str, Any] = {
+            "step_id": len(steps) + 1,
+            "source": "agent",
+            "model_name": rollout.model,
+            "message": bounded(content if isinstance(content, str) else "", MAX_TEXT_CHARS),
+            "metrics": metrics,
+            "llm_call_count": 1,
+        }
+        calls = _tool_calls(message)
+        if calls:
+            step["tool_calls"] = calls
+        steps.append(step)
+    notes = [trajectory["notes"]] if trajectory.get("notes") else []
+    if not rollout.tokens_kept:
+        notes.append("The rollout's token ids are not stored: the episode's record is full.")
+    return {
+        **trajectory,
+        "agent": {"name": rollout.harness, "version": "unknown", "model_name": rollout.model},
+        "steps": steps,
+        "final_metrics": {
+            "total_steps": len(steps),
+            "total_prompt_tokens": sum(t.get("n_prompt") or 0 for t in rollout.turns),
+            "total_completion_tokens": sum(t.get("n_sampled") or 0 for t in rollout.turns),
+        },
+        **({"notes": " ".join(notes)} if notes else {}),
+    }
+
+
+def _rollout_result(rollout: _Rollout) -> dict[str, Any]:
+    """Harbor's AgentContext fields of a rollout: token counts and rollout_details."""
+    turns = rollout.turns
+    context: dict[str, Any] = {
+        "n_input_tokens": sum(t.get("n_prompt") or 0 for t in turns),
+        "n_output_tokens": sum(t.get("n_sampled") or 0 for t in turns),
+    }
+    if rollout.tokens_kept and turns:
+        context["rollout_details"] = [{k: [t.get(k) or [] for t in turns] for k in _TOKEN_FIELDS}]
+    return context
 
 
 class Recorder:
@@ -581,9 +692,10 @@ class Recorder:
         if not named:  # a single-step task: agent/ and verifier/ at the trial's root
             actions = [action for segment in segments for action in segment.actions]
             whole = _Segment(episode.started, segments[0].instruction, actions)
-            self._write_json(
-                trial / "agent" / "trajectory.json", _trajectory(episode, whole, notes, end)
-            )
+            trajectory = _trajectory(episode, whole, notes, end)
+            if episode._rollout is not None:
+                trajectory = _with_rollout(trajectory, episode._rollout)
+            self._write_json(trial / "agent" / "trajectory.json", trajectory)
             last = actions[-1].at if actions else episode.started
             result["agent_execution"] = _timing(episode.started, last)
             if final is not None:
@@ -629,6 +741,18 @@ class Recorder:
             if final is None:  # Harbor's default strategy: the mean over the steps with a result
                 metrics = final_metrics([_rewards(verdict) for verdict in named], None)
                 final = _Verdict(named[-1].at, None, None, metrics or {}, "", None)
+        if episode._rollout is not None:
+            rollout = episode._rollout
+            result["agent_info"] = {
+                "name": rollout.harness,
+                "version": "unknown",
+                "model_info": {"name": rollout.model},
+            }
+            result["agent_result"].update(_rollout_result(rollout))
+            if named:  # a multi-step rollout: its one capture at the trial's root
+                first = _Segment(episode.started, segments[0].instruction)
+                trajectory = _with_rollout(_trajectory(episode, first, notes, end), rollout)
+                self._write_json(trial / "agent" / "trajectory.json", trajectory)
         rewards = _rewards(final)
         result["verifier_result"] = None if rewards is None else {"rewards": rewards}
         if final is not None and final.error:

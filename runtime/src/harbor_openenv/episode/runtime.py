@@ -24,6 +24,7 @@ from harbor_openenv.episode.fork import Forks
 from harbor_openenv.episode.metrics import Metrics, Snapshot
 from harbor_openenv.episode.pool import ContainerPool
 from harbor_openenv.episode.record import Recorder
+from harbor_openenv.harness.capture import CaptureProxy
 from harbor_openenv.images.lock import LOCK_NAME, LockedImage, read_lock, stale_pin
 from harbor_openenv.images.resolver import ImageError, ImageResolver, verifier_source
 from harbor_openenv.sandbox import (
@@ -84,6 +85,7 @@ class Runtime:
         self.metrics = Metrics(self.snapshot)
         # The fork points, their committed images and their branches' containers started ahead.
         self.forks = Forks(self._remove_image, self._discard_unused, ttl_s=self.settings.fork_ttl_s)
+        self._capture: CaptureProxy | None = None  # started by the first rollout
 
     # -- sessions, readiness, drain ------------------------------------------------------------
 
@@ -347,6 +349,15 @@ class Runtime:
         except RuntimeError:  # shutting down: no new background work
             remove()
 
+    def capture(self) -> CaptureProxy:
+        """The server's one capture proxy (127.0.0.1, a free port), started on first use."""
+        with self._lock:
+            if self._capture is None:
+                self._capture = CaptureProxy()
+            proxy = self._capture
+        proxy.start()
+        return proxy
+
     def shutdown(self) -> int:
         """Finish pending removals, empty the warm pool and remove every container this server
         started."""
@@ -357,6 +368,8 @@ class Runtime:
         self.disk.close()
         self.pool.close()
         self.forks.close()
+        if self._capture is not None:
+            self._capture.stop()
         if self._docker is None:
             return 0
         return remove_containers(self._docker, owner=self.owner)

@@ -2,8 +2,9 @@
 
 The agent acts with exec/read/write/list inside the task's working directory. The trainer's
 orchestration actions, evaluate (run the task's verifier and end the episode), solve (run the
-oracle) and fork (commit the episode's files for branches, which new sessions start with
-``reset(fork=ID)``), need the server's orchestration token and never appear in the agent's tool
+oracle), fork (commit the episode's files for branches, which new sessions start with
+``reset(fork=ID)``) and rollout (a harness acts with the trainer's model through the capture proxy,
+then evaluate), need the server's orchestration token and never appear in the agent's tool
 schema.
 """
 
@@ -19,6 +20,7 @@ from harbor_openenv._openenv import Environment, EnvironmentMetadata
 from harbor_openenv.episode import actions, oracle
 from harbor_openenv.episode.episode import ActionError, Episode, Outcome
 from harbor_openenv.episode.fork import ForkError
+from harbor_openenv.episode.rollout import rollout
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.events import Timer, event
 from harbor_openenv.images.resolver import ImageError
@@ -46,10 +48,11 @@ _HANDLERS: dict[str, Handler] = {
     "fork": lambda episode, action: episode.observe(
         "fork", info={"forks": episode.fork(action.n or 1)}
     ),
+    "rollout": rollout,
 }
 # The orchestration actions during which /tests or /solution may be staged: one that fails ends
 # the episode. (A fork that fails leaves its episode as it was.)
-_STAGING = ("evaluate", "solve")
+_STAGING = ("evaluate", "solve", "rollout")
 _EXPECTED = (DatasetError, ImageError, SandboxError)  # the task's or the engine's, not a bug
 _CLOSED = (
     "this session has been closed (idle longer than HARBOR_OPENENV_SESSION_TIMEOUT_S, or the"

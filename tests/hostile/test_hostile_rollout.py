@@ -1,0 +1,99 @@
+"""A hostile agent through the rollout path: the scripted model (the one double) makes the real
+harness plant rewards, hunt for secrets and reach for the server. The stop before grading and the
+verifier decide the reward, as for evaluate; nothing the container can read holds the
+orchestration token, the trainer's key or the harness's session key; the server's port is out of
+the container's reach."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from _scripted_model import SUBMIT, ScriptedModel
+from _server import TOKEN, Server
+
+from .test_hostile_verifier import PLANT_JSON, make_task
+
+pytestmark = pytest.mark.docker
+
+TRAINER_KEY = "trainer-secret-key-0123456789"
+PLANT = (
+    f"echo {base64.b64encode(PLANT_JSON.encode()).decode()} | base64 -d > plant.sh"
+    " && (setsid bash plant.sh </dev/null >/dev/null 2>&1 &); sleep 0.5;"
+    " echo 1 > /logs/verifier/reward.txt; cat /logs/verifier/reward.json"
+)
+HUNT = (
+    "id; env; tr '\\0' '\\n' < /proc/1/environ; ps -eo args;"
+    " for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null | sort -u"
+)
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tasks")
+    make_task(root, "grade")
+    make_task(root, "grade-nobody", toml='\n[agent]\nuser = "nobody"\n')
+    return root
+
+
+@pytest.fixture(scope="module")
+def srv(docker_client, tasks):
+    server = Server(tasks)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def model(srv):
+    reach = (
+        f"(exec 3<>/dev/tcp/127.0.0.1/{srv.port}) 2>/dev/null && echo REACHED-SERVER"
+        " || echo server-unreachable"
+    )
+    scripts = {"plant": [PLANT, SUBMIT], "hunt": [HUNT, reach, SUBMIT]}
+    with ScriptedModel(scripts) as scripted:
+        yield scripted
+
+
+def rollout(srv, model, task, script):
+    with srv.client() as env:
+        env.reset(task_id=task)
+        return env.rollout(
+            "mini-swe-agent",
+            base_url=model.base_url,
+            model=script,
+            api_key=TRAINER_KEY,
+            max_turns=5,
+            timeout_s=120,
+        ).observation
+
+
+@pytest.mark.parametrize("task", ["grade", "grade-nobody"])
+def test_a_reward_the_harness_planted_does_not_count(srv, model, task):
+    answer = rollout(srv, model, task, "plant")
+    assert answer.info["rollout"]["status"] == "completed", answer.error
+    planted = model.turns("plant")[-1]["messages"][-1]["content"]
+    if task == "grade":  # root: the planter ran (nobody may not write /logs/verifier at all)
+        assert '{\\"reward\\": 1}' in planted, planted
+    assert (answer.reward, answer.error) == (0.0, None), answer
+
+
+@pytest.mark.parametrize("task", ["grade", "grade-nobody"])
+def test_the_container_holds_no_secret_and_cannot_reach_the_server(srv, model, task):
+    answer = rollout(srv, model, task, "hunt")
+    session_key = answer.info["rollout"]["session_id"]
+    assert answer.info["rollout"]["status"] == "completed", answer.error
+    seen = json.dumps([call["messages"] for call in model.turns("hunt")])
+    outputs = " ".join(
+        str(m["content"]) for c in model.turns("hunt") for m in c["messages"] if m["role"] == "tool"
+    )
+    assert "server-unreachable" in outputs and "REACHED-SERVER" not in outputs
+    assert "HOSTNAME" in outputs  # the hunt's output did come back to the model
+    last = " ".join(str(m["content"]) for m in model.turns("hunt")[-1]["messages"])
+    assert ("uid=65534(nobody)" if task == "grade-nobody" else "uid=0(root)") in last
+    for secret in (TOKEN, TRAINER_KEY, session_key):
+        assert secret not in seen
+    # the trainer's key reaches the trainer's endpoint, the session key never does
+    auth = {h.get("authorization") for h in model.headers[-3:]}
+    assert auth == {f"Bearer {TRAINER_KEY}"}
+    assert TRAINER_KEY not in json.dumps(answer.model_dump())
