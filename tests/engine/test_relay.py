@@ -160,14 +160,14 @@ def test_a_no_network_container_reaches_a_host_http_server_only_through_the_rela
             # the host's own loopback is another namespace's: its port is not here
             direct = python(box, CONNECT, "127.0.0.1", str(host_port))
             ((_, uid),) = [line.split() for line in box.exec_root(RELAYS).output.splitlines()]
+            # no route but loopback: network none stays network none while the relay runs
+            routes = box.exec_root("cat /proc/net/route").output.splitlines()
+            devices = box.exec_root("tail -n +3 /proc/net/dev").output.splitlines()
     finally:
         server.shutdown()
     assert said == "you said: hello\n"
     assert direct.startswith("refused")
     assert uid == "65533"  # neither root nor the agent (nobody, 65534)
-    # no route but loopback: network none stays network none while the relay runs
-    routes = box.exec_root("cat /proc/net/route").output.splitlines()
-    devices = box.exec_root("tail -n +3 /proc/net/dev").output.splitlines()
     assert len(routes) == 1  # the header alone
     assert [line.split(":")[0].strip() for line in devices] == ["lo"]
 
