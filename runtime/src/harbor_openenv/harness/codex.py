@@ -16,9 +16,11 @@ session, not here; the wall time by the budget.
 from __future__ import annotations
 
 import json
+import shutil
 import tarfile
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal
@@ -61,6 +63,8 @@ class Codex:
         self.port = port
         self._archives: dict[str, Path] = {}  # architecture -> the install archive, made once
         self._lock = threading.Lock()
+        self._scratch = Path(tempfile.mkdtemp(prefix="harbor-openenv-codex-"))
+        weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Codex:
@@ -140,13 +144,14 @@ class Codex:
             sandbox.import_archive(HOME, archive)
 
     def _archive(self, machine: str) -> Path:
-        """The install archive for ``machine``, made once per process in a temporary folder."""
+        """The install archive for ``machine``, made once in the harness's temporary folder
+        (removed with the harness, or at exit)."""
         with self._lock:
             if machine not in self._archives:
                 triple = _TRIPLES.get(machine)
                 if triple is None:
                     raise HarnessError(f"codex has no build for the container's {machine!r}")
-                target = Path(tempfile.mkdtemp(prefix="harbor-openenv-codex-")) / f"{triple}.tar"
+                target = self._scratch / f"{triple}.tar"
                 with tarfile.open(target, "w") as tar:
                     home = tarfile.TarInfo("home")
                     home.type, home.mode = tarfile.DIRTYPE, 0o1777
