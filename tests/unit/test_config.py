@@ -46,6 +46,7 @@ GIVEN = {
     "log_format": ("JSON", "json"),
     "log_level": ("warning", "WARNING"),
     "record_dir": ("/srv/rollouts", Path("/srv/rollouts")),
+    "codex_package": ("/srv/codex", Path("/srv/codex")),
     "env_name": ("my-env", "my-env"),
     "env_version": ("1.2.3", "1.2.3"),
 }

@@ -16,7 +16,7 @@ import pytest
 
 from harbor_openenv import helper
 from harbor_openenv.helper import contract
-from harbor_openenv.sandbox import base, channel
+from harbor_openenv.sandbox import base, channel, relay
 from harbor_openenv.sandbox.command import Command
 
 PACKAGE = Path(helper.__file__).parent.parent
@@ -27,6 +27,7 @@ SPEAKERS = [
     PACKAGE / "helper/__init__.py",
     PACKAGE / "sandbox/files.py",
     PACKAGE / "sandbox/channel.py",
+    PACKAGE / "sandbox/relay.py",
     PACKAGE / "sandbox/base.py",
     PACKAGE / "sandbox/docker.py",
     PACKAGE / "episode/verifier.py",
@@ -125,6 +126,7 @@ def test_the_python_framing_matches_the_contract():
     frame = channel.request(Command(["x"], timeout_s=1, max_output=0), nonce=bytes(8))
     assert len(frame) == 4 + contract.REQUEST_HEAD + (4 + 0) + (4 + 1)
     assert channel._ANSWER.size == contract.ANSWER_HEAD
+    assert relay._HEAD.size == contract.RELAY_HEAD
     assert channel.GRACE_S * 1000 > contract.EXIT_GRACE_MS
     assert base._KEEPER_TIMEOUT_S > contract.STOP_SECONDS
     assert f"{contract.MOUNT_DIR}/{contract.HELPER_NAME}" == helper.HELPER

@@ -190,6 +190,14 @@ class Settings:
             "write every episode as a Harbor trial folder in a job folder here (unset: off)", Path
         ),
     )
+    codex_package: Path | None = field(
+        default=None,
+        metadata=_about(
+            "the Codex CLI the codex harness installs into task containers: a folder (or an npm"
+            " pack .tgz) of its per-platform builds, as scripts/fetch-codex leaves it",
+            Path,
+        ),
+    )
     env_name: str | None = field(
         default=None, metadata=_about("/metadata's name (default: from openenv.yaml)")
     )

@@ -51,6 +51,10 @@ int prepare(const char *user, const char *verifier_dir, const char *tests_dir, c
 
 int serve(void);
 
+/* -- relay.c ----------------------------------------------------------------------------------- */
+
+int relay(const char *port);
+
 /* -- file.c ------------------------------------------------------------------------------------ */
 
 enum { READ, WRITE, LIST };

@@ -20,6 +20,7 @@
 #define COMMAND_KEEP "keep"   /* PID 1 of every task container (keep.c) */
 #define COMMAND_IDLE "idle"   /* waits forever: an ENTRYPOINT's keepalive (main.c) */
 #define COMMAND_SERVE "serve" /* the exec channel (serve.c) */
+#define COMMAND_RELAY "relay" /* a port carried over the exec's stdio (relay.c) */
 #define COMMAND_FILE "file"   /* an agent's file action (file.c), then one of the three below */
 #define FILE_READ "read"      /* file read ROOT PATH LIMIT */
 #define FILE_WRITE "write"    /* file write ROOT PATH (the content on standard input) */
@@ -75,5 +76,21 @@
 #define ANSWER_TRUNCATED 2      /* flag: output past the cap was read and dropped */
 #define ANSWER_EXITED 4         /* flag: the exit code is known (128+N for signal N) */
 #define EXIT_GRACE_MS 2000      /* after the command exits, how long its output may stay open */
+
+/* -- the relay (relay.c) ----------------------------------------------------------------------
+ * helper relay PORT listens on 127.0.0.1:PORT; each frame either way is a type byte, a
+ * connection id and a count (4 bytes each, big-endian: RELAY_HEAD bytes), then, for RELAY_DATA
+ * only, count bytes of the connection's data. Ids are the helper's, from 1, never reused. */
+
+#define RELAY_HEAD 9              /* a frame's fixed part */
+#define RELAY_READY 0             /* helper to runtime, id 0: listening; count is the port */
+#define RELAY_OPEN 1              /* helper to runtime: a connection was accepted */
+#define RELAY_DATA 2              /* either way: count (1 to RELAY_CHUNK) bytes of data follow */
+#define RELAY_CLOSE 3             /* either way: the sender's side ended; no more data from it */
+#define RELAY_ACK 4               /* either way: count bytes of data were written out */
+#define RELAY_CHUNK (64u << 10)   /* a data frame's largest count */
+#define RELAY_WINDOW (256u << 10) /* a connection's bytes in flight one way, not yet acked */
+#define RELAY_CONNECTIONS 256     /* connections open at once; more wait in the backlog */
+#define RELAY_LISTEN_FAILED 1     /* exit: the port cannot be listened on (why, on stderr) */
 
 #endif

@@ -12,6 +12,8 @@
  *   helper idle                          main.c: waits forever, the keepalive an ENTRYPOINT is
  *                                        given, where Harbor has sleep infinity
  *   helper serve                         serve.c: the exec channel, as the agent's user
+ *   helper relay PORT                    relay.c: 127.0.0.1:PORT carried to the runtime over
+ *                                        standard input and output (the model's port)
  *   helper file read ROOT PATH LIMIT | file write ROOT PATH | file list ROOT PATH
  *                                        file.c: the agent's file actions, confined to ROOT;
  *                                        ls.c lists a folder in an image without ls
@@ -36,14 +38,15 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], COMMAND_KEEP) == 0) return keep(argc - 2, argv + 2);
     if (argc == 2 && strcmp(argv[1], COMMAND_IDLE) == 0) return idle();
     if (argc == 2 && strcmp(argv[1], COMMAND_SERVE) == 0) return serve();
+    if (argc == 3 && strcmp(argv[1], COMMAND_RELAY) == 0) return relay(argv[2]);
     if (argc >= 5 && strcmp(argv[1], COMMAND_FILE) == 0 && argv[3][0] == '/' && argv[4][0] == '/') {
         int op = strcmp(argv[2], FILE_READ) == 0 ? READ : strcmp(argv[2], FILE_WRITE) == 0 ? WRITE
                : strcmp(argv[2], FILE_LIST) == 0 ? LIST : -1;
         if (op >= 0 && argc == (op == READ ? 6 : 5))
             return file_action(op, argv[3], argv[4], op == READ ? argv[5] : "0");
     }
-    fprintf(stderr, "usage: %s keep [USER ENTRYPOINT...] | idle | serve | file read ROOT PATH LIMIT"
-                    " | file write|list ROOT PATH\n",
+    fprintf(stderr, "usage: %s keep [USER ENTRYPOINT...] | idle | serve | relay PORT"
+                    " | file read ROOT PATH LIMIT | file write|list ROOT PATH\n",
             argv[0]);
     return EXIT_USAGE;
 }

@@ -6,8 +6,9 @@ calls :meth:`Sandbox.prepare` once its environment runs. Everything an episode d
 commands, the agent's confined file actions (inherited from :mod:`.files`), the engine reads, the
 helper's stop and the process baseline) is written once here, on those primitives alone.
 
-A backend may also offer an exec channel (:mod:`.channel`) by overriding :meth:`open_channel`:
-Docker and compose do, the memory backend does not. The agent's own actions (``channel=True``)
+A backend may also offer an exec channel (:mod:`.channel`) by overriding :meth:`open_channel`,
+and a relayed port (:mod:`.relay`) by overriding :meth:`relay`: Docker and compose do, the memory
+backend does not. The agent's own actions (``channel=True``)
 go through it while it works; everything else, and every action once it failed, uses :meth:`run`.
 """
 
@@ -215,6 +216,13 @@ class Sandbox(AgentFiles):
         not carried) that starts as the environment's own image does; its id. Raises
         :class:`SandboxError` where the backend cannot."""
         raise SandboxError(f"this backend ({type(self).__name__}) cannot fork an environment")
+
+    def relay(self, port: int, target: tuple[str, int]) -> AbstractContextManager[None]:
+        """While open, TCP connections to 127.0.0.1:``port`` inside the environment (its network
+        namespace: loopback works with network none) reach ``target``, an address on the
+        runtime's side, and nothing else (:mod:`.relay`). Raises :class:`SandboxError` where the
+        backend cannot, or when the port cannot be listened on."""
+        raise SandboxError(f"this backend ({type(self).__name__}) cannot relay a port")
 
     def open_channel(self, user: str) -> Channel | None:
         """A new exec channel running as ``user`` (:mod:`.channel`); None: this backend has none.

@@ -401,6 +401,9 @@ class ComposeSandbox(Sandbox):
     def open_channel(self, user: str) -> Channel:
         return self.main.open_channel(user)
 
+    def relay(self, port: int, target: tuple[str, int]) -> contextlib.AbstractContextManager[None]:
+        return self.main.relay(port, target)
+
     def ask_keeper(self, request: str, *, timeout_s: float) -> str:
         return self.main.ask_keeper(request, timeout_s=timeout_s)
 

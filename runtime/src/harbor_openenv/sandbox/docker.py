@@ -32,6 +32,7 @@ from .channel import Channel
 from .command import Command
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK
+from .relay import RELAY_USER, Relay
 from .result import ExecResult
 from .spec import ContainerSpec
 
@@ -193,6 +194,33 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start the exec channel: {exc.explanation or exc}") from None
         return Channel(sock, user)
+
+    @contextlib.contextmanager
+    def relay(self, port: int, target: tuple[str, int]) -> Iterator[None]:
+        """The helper's ``relay PORT`` as :data:`.relay.RELAY_USER`: one engine exec, its stdin
+        attached, carrying every connection to ``target``."""
+        api = self._client.api
+        try:
+            exec_id = api.exec_create(
+                self.container.id,
+                [helper.HELPER, contract.COMMAND_RELAY, str(port)],
+                user=RELAY_USER,
+                stdin=True,
+                workdir="/",
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot start the relay: {exc.explanation or exc}") from None
+        raw = cast(socket.socket, getattr(sock, "_sock", sock))
+        try:
+            link = Relay(raw, target, _read_ahead(sock, raw))
+            link.start()
+            try:
+                yield
+            finally:
+                link.close()
+        finally:
+            sock.close()
 
     def changes(self) -> list[tuple[str, int]]:
         """The engine's list of the container's changes (``GET /containers/{id}/changes``)."""

@@ -1,0 +1,219 @@
+"""OpenAI's Codex CLI as an inside harness: installed into the task container, run there as the
+agent, its model reached through the relay.
+
+Codex ships one self-contained binary per platform (static-pie, musl) in the npm package
+``@openai/codex``'s per-platform builds, so it installs offline into any Linux image: the runtime
+reads it from a cache on the server's side (``HARBOR_OPENENV_CODEX_PACKAGE``, which
+``scripts/fetch-codex`` fills with ``npm pack``) and uploads it through the engine. It runs
+``codex exec`` (non-interactive, ``--json`` events) with a model provider of its own whose base
+URL is the relayed port, ``http://127.0.0.1:PORT/v1`` inside, and whose wire API is the
+Responses API (the only one Codex speaks; the capture proxy turns it into chat completions
+upstream). Codex's own sandbox is off (the task container is the sandbox), as are its web
+search, update check and analytics. The model's turns are capped by the capture proxy's
+session, not here; the wall time by the budget.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+import tempfile
+import threading
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Literal
+from urllib.parse import urlsplit
+
+from harbor_openenv.config import Settings
+from harbor_openenv.sandbox.base import Sandbox
+from harbor_openenv.sandbox.errors import SandboxError
+
+from .base import HarnessResult, HarnessRun
+
+HOME = "/opt/harbor-openenv/codex"  # in the container: bin/codex, path/ (rg), home/ (1777)
+PORT = 4180  # the relayed port inside the container
+LOG_BYTES = 64 << 10  # the tail of codex's output a result keeps
+_TRIPLES = {"x86_64": "x86_64-unknown-linux-musl", "aarch64": "aarch64-unknown-linux-musl"}
+_KEY_VARIABLE = "HARBOR_OPENENV_MODEL_KEY"
+# Its CODEX_HOME: one per uid, in a sticky folder, off /tmp (Codex refuses to make its helper
+# links under a temporary folder); its PATH gets the package's own ripgrep.
+_LAUNCH = (
+    f'export CODEX_HOME="{HOME}/home/$(id -u)" PATH="{HOME}/path:$PATH"'
+    ' && mkdir -p "$CODEX_HOME" && exec "$@" </dev/null'
+)
+
+
+class HarnessError(Exception):
+    """The harness cannot be installed: its package is missing or has no build for the
+    container's architecture."""
+
+
+class Codex:
+    """The Codex CLI inside the task container, from ``package``: a folder holding
+    ``<triple>/bin/codex`` somewhere below (an unpacked npm package, or what
+    ``scripts/fetch-codex`` leaves), or one npm pack ``.tgz`` of a per-platform build."""
+
+    name = "codex"
+    where: Literal["beside", "inside"] = "inside"
+
+    def __init__(self, package: Path, *, port: int = PORT) -> None:
+        self.package = package
+        self.port = port
+        self._archives: dict[str, Path] = {}  # architecture -> the install archive, made once
+        self._lock = threading.Lock()
+        self._scratch = Path(tempfile.mkdtemp(prefix="harbor-openenv-codex-"))
+        weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Codex:
+        """The harness of the server's ``HARBOR_OPENENV_CODEX_PACKAGE``."""
+        if settings.codex_package is None:
+            raise HarnessError("HARBOR_OPENENV_CODEX_PACKAGE is not set (see scripts/fetch-codex)")
+        return cls(settings.codex_package)
+
+    def run(self, run: HarnessRun) -> HarnessResult:
+        """Install, relay the model's port, run ``codex exec`` until it stops or the budget's
+        time is up."""
+        sandbox = run.sandbox
+        try:
+            self.install(sandbox)
+            with sandbox.relay(self.port, _target(run.model.base_url)):
+                result = sandbox.exec(
+                    _LAUNCH,
+                    args=tuple(self.argv(run)),
+                    env={_KEY_VARIABLE: run.model.api_key},
+                    user=run.user,
+                    workdir=run.workdir,
+                    timeout_s=run.budget.timeout_s,
+                    max_output=16 << 20,
+                )
+        except (HarnessError, SandboxError) as exc:
+            return HarnessResult("crashed", error=str(exc))
+        log = result.output[-LOG_BYTES:]
+        if result.timed_out:
+            return HarnessResult(
+                "timeout", error=f"codex ran past its {run.budget.timeout_s:g} s", log=log
+            )
+        failure = _failure(result.output)
+        if result.exit_code == 0 and failure is None:
+            return HarnessResult("completed", log=log)
+        return HarnessResult(
+            "crashed", error=failure or f"codex exited with code {result.exit_code}", log=log
+        )
+
+    def argv(self, run: HarnessRun) -> list[str]:
+        """``codex exec`` with its model provider on the relayed port."""
+        path = urlsplit(run.model.base_url).path.rstrip("/")
+        provider = {
+            "name": "harbor-openenv",
+            "base_url": f"http://127.0.0.1:{self.port}{path}",
+            "wire_api": "responses",
+            "env_key": _KEY_VARIABLE,
+            "request_max_retries": 1,
+            "stream_max_retries": 1,
+            "stream_idle_timeout_ms": max(1000, round(run.budget.timeout_s * 1000)),
+        }
+        config = [
+            "model_provider=harbor-openenv",
+            *(
+                f"model_providers.harbor-openenv.{key}={json.dumps(v)}"
+                for key, v in provider.items()
+            ),
+            'web_search="disabled"',
+            "check_for_update_on_startup=false",
+            "analytics.enabled=false",
+        ]
+        return [
+            f"{HOME}/bin/codex",
+            "exec",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--skip-git-repo-check",
+            "--json",
+            *("--model", run.model.model),
+            *(part for item in config for part in ("-c", item)),
+            "--",
+            run.instruction,
+        ]
+
+    def install(self, sandbox: Sandbox) -> None:
+        """Upload the binary for the container's architecture into :data:`HOME` (root's, 0755)."""
+        machine = sandbox.exec_root("uname -m").output.strip()
+        with open(self._archive(machine), "rb") as archive:
+            sandbox.import_archive(HOME, archive)
+
+    def _archive(self, machine: str) -> Path:
+        """The install archive for ``machine``, made once in the harness's temporary folder
+        (removed with the harness, or at exit)."""
+        with self._lock:
+            if machine not in self._archives:
+                triple = _TRIPLES.get(machine)
+                if triple is None:
+                    raise HarnessError(f"codex has no build for the container's {machine!r}")
+                target = self._scratch / f"{triple}.tar"
+                with tarfile.open(target, "w") as tar:
+                    home = tarfile.TarInfo("home")
+                    home.type, home.mode = tarfile.DIRTYPE, 0o1777
+                    tar.addfile(home)
+                    for name, source, size in _sources(self.package, triple):
+                        info = tarfile.TarInfo(name)
+                        info.size, info.mode = size, 0o755
+                        tar.addfile(info, source)
+                self._archives[machine] = target
+            return self._archives[machine]
+
+
+def _sources(package: Path, triple: str) -> Iterator[tuple[str, IO[bytes], int]]:
+    """Codex for ``triple`` and its ripgrep (if there) out of ``package``: each as its name in
+    the install archive, an open file and its size."""
+    wanted = (("bin/codex", "bin/codex"), ("path/rg", "codex-path/rg"))
+    if package.is_dir():
+        found = sorted(package.glob(f"**/{triple}/bin/codex"))
+        if not found:
+            raise HarnessError(f"{package} holds no codex build for {triple}")
+        vendor = found[0].parent.parent
+        for name, suffix in wanted:
+            if (vendor / suffix).is_file():
+                with open(vendor / suffix, "rb") as source:
+                    yield name, source, (vendor / suffix).stat().st_size
+        return
+    if not package.is_file() or not tarfile.is_tarfile(package):
+        raise HarnessError(f"the codex package {package} is neither a folder nor an npm pack")
+    with tarfile.open(package) as pack:
+        members = {member.name: member for member in pack.getmembers() if member.isfile()}
+        for name, suffix in wanted:
+            member = next(
+                (m for n, m in members.items() if n.endswith(f"/{triple}/{suffix}")), None
+            )
+            if member is None and name == "bin/codex":
+                raise HarnessError(f"{package} holds no codex build for {triple}")
+            if member is not None:
+                extracted = pack.extractfile(member)
+                if extracted is not None:
+                    yield name, extracted, member.size
+
+
+def _target(base_url: str) -> tuple[str, int]:
+    """The host and port of the model's base URL, on the server's side."""
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise HarnessError(f"the model's base URL must be http://HOST[:PORT]/...: {base_url!r}")
+    return parts.hostname, parts.port or 80
+
+
+def _failure(output: str) -> str | None:
+    """The last error Codex reported in its ``--json`` events, if any."""
+    found = None
+    for line in output.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        if event.get("type") == "turn.failed":
+            found = str((event.get("error") or {}).get("message") or "the turn failed")
+        elif event.get("type") == "error":
+            found = str(event.get("message") or "an error")
+    return found

@@ -1,0 +1,132 @@
+"""The codex harness (harness/codex.py) inside a real no-network task container: Codex CLI,
+installed offline from its npm pack, reaches a scripted vLLM-like model through the relay and
+OpenEnv's capture proxy, performs the scripted fix and the fixture task's verifier passes; a
+model that never answers gives "timeout", one that fails gives "crashed", each with an error."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import subprocess
+import tarfile
+
+import pytest
+from _model import Call, Say, ScriptedModel, capture_proxy
+from _server import CACHE, FIXTURE_TASKS
+
+from harbor_openenv.harness.base import Budget, HarnessRun, ModelEndpoint
+from harbor_openenv.harness.codex import Codex
+from harbor_openenv.sandbox import remove_containers
+from harbor_openenv.sandbox.backend import DockerBackend
+from harbor_openenv.sandbox.spec import ContainerSpec
+
+pytestmark = pytest.mark.docker
+
+VERSION = "0.171.0"  # @openai/codex, its per-platform builds
+TASK = FIXTURE_TASKS / "edit-file"  # "Write the number 42 into answer.txt"
+PLATFORMS = {"x86_64": "linux-x64", "aarch64": "linux-arm64"}
+
+
+@pytest.fixture(scope="module")
+def codex_package(docker_client):
+    """The npm pack of Codex's build for the engine's architecture, fetched once into .cache."""
+    platform = PLATFORMS[docker_client.info()["Architecture"]]
+    CACHE.mkdir(exist_ok=True)
+    pack = CACHE / f"openai-codex-{VERSION}-{platform}.tgz"
+    with open(CACHE / "codex.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not pack.exists():
+            subprocess.run(
+                ["npm", "pack", "--silent", f"@openai/codex@{VERSION}-{platform}"],
+                cwd=CACHE,
+                check=True,
+                capture_output=True,
+            )
+    return pack
+
+
+@pytest.fixture(scope="module")
+def codex(codex_package):
+    """One harness for the module: its install archive is made once."""
+    return Codex(codex_package)
+
+
+@pytest.fixture(scope="module")
+def box(docker_client):
+    """A container of the fixture task's image (built here, with no network) as a no-network
+    task gets it: network none, workdir /work, which the agent (nobody) owns."""
+    owner = f"test-codex-{os.getpid()}"
+    image, _ = docker_client.images.build(
+        path=str(TASK / "environment"), network_mode="none", labels={"test-owner": owner}, rm=True
+    )
+    backend = DockerBackend(lambda: docker_client, owner=owner)
+    sandbox = backend.start(ContainerSpec(image.id, network="none"), task_id="codex")
+    assert sandbox.workdir == "/work"  # the image's WORKDIR
+    assert sandbox.exec_root("chown nobody /work").exit_code == 0
+    yield sandbox
+    sandbox.remove()
+    remove_containers(docker_client, owner=owner)
+    docker_client.images.remove(image.id, force=True)
+
+
+def harness_run(box, base_url: str, api_key: str = "none", timeout_s: float = 240) -> HarnessRun:
+    return HarnessRun(
+        sandbox=box,
+        instruction=(TASK / "instruction.md").read_text(),
+        user="nobody",
+        workdir="/work",
+        model=ModelEndpoint(base_url=base_url, api_key=api_key, model="scripted"),
+        budget=Budget(max_turns=10, timeout_s=timeout_s),
+    )
+
+
+def verify(box) -> str:
+    """The fixture task's own verifier, staged and run as Harbor would, and its reward."""
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        tar.add(TASK / "tests" / "test.sh", arcname="test.sh")
+    box.import_archive("/tests", io.BytesIO(archive.getvalue()))
+    ran = box.exec_root("bash /tests/test.sh && cat /logs/verifier/reward.txt")
+    assert ran.exit_code == 0, ran.output
+    return ran.output.strip()
+
+
+def test_codex_inside_a_no_network_container_does_the_scripted_fix(box, codex):
+    script = [Call("echo 42 > answer.txt"), Say("I wrote 42 into answer.txt.")]
+    with ScriptedModel(script) as model, capture_proxy(model) as (proxy_url, registry):
+        session = registry.create(capture_level="tokens")
+        result = codex.run(harness_run(box, proxy_url, session.session_id))
+        turns = session.graph.nodes()
+    assert (result.status, result.error) == ("completed", None), result.log
+    assert '"turn.completed"' in result.log
+    assert box.exec_root("stat -c %U /work/answer.txt").output.strip() == "nobody"
+    assert verify(box) == "1"
+    # both model calls went through the capture proxy, which kept their token ids
+    assert len(model.requests) == 2 and model.requests[0]["return_token_ids"] is True
+    assert [len(turn.prompt_ids) > 0 and len(turn.sampled_ids) > 0 for turn in turns] == [True] * 2
+    assert box.exec_root("ls /opt/harbor-openenv/codex/bin").output.split() == ["codex"]
+
+
+def test_a_model_that_never_answers_is_a_timeout(box, codex):
+    with ScriptedModel([], mode="hang") as model:
+        result = codex.run(harness_run(box, model.base_url, timeout_s=25))
+    assert result.status == "timeout" and "25 s" in (result.error or ""), result
+    print(f"timeout: {result.error}")
+    assert model.requests  # it was asked
+
+
+def test_a_model_that_fails_is_a_crash_with_its_error(box, codex):
+    with ScriptedModel([], mode="crash") as model:
+        result = codex.run(harness_run(box, model.base_url))
+    assert result.status == "crashed" and result.error, result
+    assert model.requests
+    print(f"crashed: {result.error}")
+
+
+def test_an_unreachable_model_is_a_crash(box, codex):
+    with ScriptedModel([]) as model:
+        port = model.port
+    result = codex.run(harness_run(box, f"http://127.0.0.1:{port}/v1"))
+    assert result.status == "crashed" and result.error, result
+    print(f"unreachable: {result.error}")
