@@ -11,6 +11,7 @@ OpenEnv's own ``ENABLE_WEB_INTERFACE`` stays OpenEnv's (see ``_openenv``).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -93,7 +94,8 @@ class Settings:
         metadata=_about("solve.sh's and setup.sh's timeout when the task sets none", float),
     )
     pids_limit: int = field(
-        default=1024, metadata=_about("most processes in one task container", int)
+        default=1024,
+        metadata=_about("most processes in one task container (0: no limit)", int, zero=True),
     )
     default_cpus: float = field(
         default=1.0, metadata=_about("CPU quota of a task whose task.toml sets none", float)
@@ -146,6 +148,20 @@ class Settings:
     build_network: str | None = field(
         default=None,
         metadata=_about("network for task image builds, sidecars' too (default: the engine's)"),
+    )
+    backend: str = field(
+        default="docker",
+        metadata=_about(
+            "where episodes run: docker (this server's engine), or harbor:TYPE (Harbor's"
+            " environment TYPE, such as harbor:docker; the harbor extra, Python >= 3.12)"
+        ),
+    )
+    harbor_env_kwargs: str | None = field(
+        default=None,
+        metadata=_about(
+            "a JSON object of keyword arguments for Harbor's environment (with"
+            " HARBOR_OPENENV_BACKEND=harbor:TYPE)"
+        ),
     )
     pool_size: int = field(
         default=0,
@@ -234,6 +250,23 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
                 " (DEBUG, INFO, WARNING, ERROR, CRITICAL)"
             )
         values["log_level"] = level or "INFO"
+    backend = values.get("backend", "docker").strip()
+    if backend != "docker" and not (backend.startswith("harbor:") and backend[7:]):
+        raise ValueError(
+            f"{Settings.variable('backend')}={backend!r} must be docker or harbor:TYPE"
+        )
+    if "backend" in values:
+        values["backend"] = backend
+    if "harbor_env_kwargs" in values:
+        try:
+            kwargs = json.loads(values["harbor_env_kwargs"])
+        except ValueError as exc:
+            kwargs = exc
+        if not isinstance(kwargs, dict):
+            raise ValueError(
+                f"{Settings.variable('harbor_env_kwargs')} must be a JSON object"
+                f" ({values['harbor_env_kwargs'][:100]!r})"
+            )
     if "reward_key" in values:
         try:
             reward_rule(values["reward_key"])
