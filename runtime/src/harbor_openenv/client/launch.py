@@ -63,8 +63,10 @@ class Server:
     ``token``: the orchestration token (default: a fresh one). ``port``: the port to listen on
     (default: a free one; a replica restarted behind a balancer keeps its port). ``log``: a file
     for the server's output, which is otherwise kept in memory; ``output`` reads it either way.
-    ``health_s``: the seconds from launch to the first healthy ``/health``. Raises RuntimeError,
-    with the output, when the server exits or is not healthy within ``timeout`` seconds.
+    ``python``: the interpreter that runs it (default: this one's), whose environment has the
+    runtime's server extra. ``health_s``: the seconds from launch to the first healthy
+    ``/health``. Raises RuntimeError, with the output, when the server exits or is not healthy
+    within ``timeout`` seconds.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class Server:
         port: int | None = None,
         log: Path | None = None,
         timeout: float = 120,
+        python: str | None = None,
         **env: str,
     ) -> None:
         self.port = port or free_port()
@@ -89,7 +92,7 @@ class Server:
             **env,
         }
         command = [
-            sys.executable,
+            python or sys.executable,
             "-m",
             "uvicorn",
             "--factory",

@@ -1,0 +1,99 @@
+"""Harbor's environment backends (HARBOR_OPENENV_BACKEND=harbor:TYPE): a real server, run from the
+Python 3.12 venv .ci/interop-tools.sh installs (the runtime with its harbor extra), serves the
+bundled example on Harbor's docker backend, which shells out to `docker compose`.
+
+This engine has no bridge network: a compose overlay given through HARBOR_OPENENV_HARBOR_ENV_KWARGS
+(Harbor's own extra_docker_compose) builds and runs the task's container with network none.
+Missing tools fail these tests; nothing here skips.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _interop import HARBOR_SERVER_VENV
+from _server import ROOT, Server, runtime_containers
+
+pytestmark = pytest.mark.docker
+
+TASKS = ROOT / "examples" / "dataset" / "tasks"
+PYTHON = str(HARBOR_SERVER_VENV / "bin" / "python")
+FIX = "printf 'Hello, world!\\n' > /app/hello.txt"
+
+
+def harbor_server(tmp_path: Path, **env: str) -> Server:
+    overlay = tmp_path / "network-none.json"
+    overlay.write_text(
+        json.dumps({"services": {"main": {"build": {"network": "none"}, "network_mode": "none"}}})
+    )
+    kwargs = json.dumps({"extra_docker_compose": [str(overlay)]})
+    return Server(
+        TASKS,
+        python=PYTHON,
+        HARBOR_OPENENV_BACKEND="harbor:docker",
+        HARBOR_OPENENV_HARBOR_ENV_KWARGS=kwargs,
+        **env,
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with harbor_server(
+        tmp_path_factory.mktemp("harbor"), HARBOR_OPENENV_PIDS_LIMIT="0", HARBOR_OPENENV_DISK_MB="0"
+    ) as running:
+        yield running
+
+
+@pytest.mark.timeout(600)
+def test_the_agents_fix_scores_one_and_nothing_zero(server: Server, docker_client) -> None:
+    """reset, the agent's fix through exec, evaluate: 1.0; without the fix: 0.0. The episode's
+    container is Harbor's (its compose project, its image), none of the runtime's own."""
+    with server.client() as env:
+        reset = env.reset(task_id="hello-world")
+        assert reset.observation.error is None, (reset.observation.error, server.output[-3000:])
+        assert not runtime_containers(docker_client, server.owner_prefix)
+        (container,) = [
+            c
+            for c in docker_client.api.containers(filters={"label": "com.docker.compose.project"})
+            if c["Labels"]["com.docker.compose.project"].startswith("harbor-openenv-")
+        ]
+        project = container["Labels"]["com.docker.compose.project"]
+        assert container["Image"] == f"{project}-main"  # Harbor's compose build made it
+        fixed = env.exec(FIX)
+        assert fixed.observation.exit_code == 0, fixed.observation
+        assert env.read("hello.txt").observation.output == "Hello, world!\n"
+        graded = env.evaluate()
+        assert graded.done and graded.reward == 1.0, graded.observation
+
+        assert env.reset(task_id="hello-world").observation.error is None
+        assert env.exec("ls").observation.output == ""  # a fresh environment
+        assert env.evaluate().reward == 0.0
+
+
+@pytest.mark.timeout(600)
+def test_the_stop_before_grading_ends_a_planted_writer(server: Server) -> None:
+    """A detached loop that keeps writing reward 1 is killed before the verifier runs (Harbor's
+    own shared verifier would score it): the reward is the verifier's 0.0."""
+    with server.client() as env:
+        assert env.reset(task_id="hello-world").observation.error is None
+        plant = (
+            "setsid sh -c 'while :; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done'"
+            " >/dev/null 2>&1 & sleep 0.5; cat /logs/verifier/reward.txt"
+        )
+        assert env.exec(plant).observation.output == "1\n"
+        graded = env.evaluate()
+        assert graded.done and graded.reward == 0.0, graded.observation
+
+
+@pytest.mark.timeout(300)
+def test_a_setting_the_backend_cannot_honour_refuses_the_reset(tmp_path: Path) -> None:
+    """The default pids limit cannot be kept by Harbor's docker backend: reset says so in one
+    line and names the setting to change; nothing starts."""
+    with harbor_server(tmp_path, HARBOR_OPENENV_DISK_MB="0") as running, running.client() as env:
+        reset = env.reset(task_id="hello-world")
+        error = reset.observation.error or ""
+        assert reset.done and "HARBOR_OPENENV_PIDS_LIMIT=0" in error, error
+        assert "\n" not in error.strip()
