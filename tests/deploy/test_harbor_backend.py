@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 from _interop import HARBOR_SERVER_VENV
-from _server import ROOT, Server, runtime_containers
+from _server import ROOT, TOKEN, Server, runtime_containers
+
+from harbor_openenv.client import driver
+from harbor_openenv.tasks.dataset import Dataset
+from harbor_openenv.tasks.task import TaskKind
 
 pytestmark = pytest.mark.docker
 
@@ -71,6 +75,25 @@ def test_the_agents_fix_scores_one_and_nothing_zero(server: Server, docker_clien
         assert env.reset(task_id="hello-world").observation.error is None
         assert env.exec("ls").observation.output == ""  # a fresh environment
         assert env.evaluate().reward == 0.0
+
+
+@pytest.mark.timeout(900)
+def test_every_runnable_example_scores_as_under_harbor_run(server: Server) -> None:
+    """The bundled dataset's oracles score 1.0 and doing nothing 0.0, as `harbor run` and this
+    runtime's own backend give them (tests/deploy/test_interop.py); the text-only task is
+    refused at reset."""
+    dataset = Dataset(TASKS)
+    for task_id in dataset.ids:
+        for name, policy, expected in (
+            ("nop", driver.nop, 0.0),
+            ("oracle", driver.oracle(TOKEN, steps=99), 1.0),
+        ):
+            with server.client() as env:
+                episode = driver.run_episode(driver.ClientEnv(env), task_id, policy, TOKEN)
+            if dataset[task_id].kind is TaskKind.TEXT_ONLY:
+                assert episode.refused and "text-only" in (episode.error or ""), episode
+            else:
+                assert episode.reward == expected, (task_id, name, episode.error)
 
 
 @pytest.mark.timeout(600)

@@ -50,6 +50,8 @@ from .spec import ComposeSpec, ContainerSpec
 T = TypeVar("T")
 _STDIN_DIR = f"{helper.MOUNT_DIR}/stdin"  # a command's standard input, uploaded before it runs
 _GRACE_S = 5  # Harbor's own exec timeout, past ours: a backstop
+_START_S = 1800.0  # Harbor's start: its image build (the task's build_timeout_sec) and more
+_CALL_S = 600.0  # any other call of Harbor's (an upload, a download, a stop)
 
 
 class _Loop:
@@ -146,17 +148,19 @@ class HarborSandbox(Sandbox):
         self._marks = ""  # the last baseline, comma-separated PID:START
         self._removed = False
 
-    def _call(self, what: str, coro: Coroutine[Any, Any, T]) -> T:
+    def _call(self, what: str, coro: Coroutine[Any, Any, T], timeout_s: float = _CALL_S) -> T:
         try:
-            return self._loop.run(coro)
-        except (SandboxError, asyncio.CancelledError):
+            return self._loop.run(asyncio.wait_for(coro, timeout_s))
+        except TimeoutError:
+            raise SandboxError(f"{what} took over {timeout_s:g} s on {self.name}") from None
+        except SandboxError:
             raise
         except Exception as exc:
             raise SandboxError(f"{what} failed on {self.name}: {_one_line(exc)}") from None
 
     def boot(self, workdir: str | None) -> None:
         """Start the environment, put the helper in, learn its user and prepare it."""
-        self._call("starting Harbor's environment", self._env.start(force_build=False))
+        self._call("starting Harbor's environment", self._env.start(force_build=False), _START_S)
         arch = self.exec_root("uname -m").output.strip()
         made = self.exec_root(
             'mkdir -p -m 0755 -- "$1" && mkdir -p -m 0711 -- "$2"', helper.MOUNT_DIR, _STDIN_DIR
