@@ -10,6 +10,7 @@ Missing tools fail these tests; nothing here skips.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,14 +29,14 @@ PYTHON = str(HARBOR_SERVER_VENV / "bin" / "python")
 FIX = "printf 'Hello, world!\\n' > /app/hello.txt"
 
 
-def harbor_server(tmp_path: Path, **env: str) -> Server:
+def harbor_server(tmp_path: Path, *, tasks: Path = TASKS, **env: str) -> Server:
     overlay = tmp_path / "network-none.json"
     overlay.write_text(
         json.dumps({"services": {"main": {"build": {"network": "none"}, "network_mode": "none"}}})
     )
     kwargs = json.dumps({"extra_docker_compose": [str(overlay)]})
     return Server(
-        TASKS,
+        tasks,
         python=PYTHON,
         HARBOR_OPENENV_BACKEND="harbor:docker",
         HARBOR_OPENENV_HARBOR_ENV_KWARGS=kwargs,
@@ -119,4 +120,24 @@ def test_a_setting_the_backend_cannot_honour_refuses_the_reset(tmp_path: Path) -
         reset = env.reset(task_id="hello-world")
         error = reset.observation.error or ""
         assert reset.done and "HARBOR_OPENENV_PIDS_LIMIT=0" in error, error
+        assert "\n" not in error.strip()
+
+
+@pytest.mark.timeout(300)
+def test_a_network_the_backend_cannot_enforce_refuses_the_reset(tmp_path: Path) -> None:
+    """A no-network task: Harbor's docker backend enforces it with an nftables egress sidecar,
+    which this engine's kernel cannot run, so Harbor refuses it, and so does reset (in one line,
+    naming the network mode) rather than run the agent with a network."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(TASKS / "hello-world", tasks / "offline")
+    with (tasks / "offline" / "task.toml").open("a") as toml:
+        toml.write('network_mode = "no-network"\n')  # into [environment], the file's last table
+    env_vars = {"HARBOR_OPENENV_PIDS_LIMIT": "0", "HARBOR_OPENENV_DISK_MB": "0"}
+    with (
+        harbor_server(tmp_path, tasks=tasks, **env_vars) as running,
+        running.client() as env,
+    ):
+        reset = env.reset(task_id="offline")
+        error = reset.observation.error or ""
+        assert reset.done and "refused task offline" in error and "no-network" in error, error
         assert "\n" not in error.strip()
