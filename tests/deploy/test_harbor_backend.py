@@ -112,6 +112,37 @@ def test_the_stop_before_grading_ends_a_planted_writer(server: Server) -> None:
         assert graded.done and graded.reward == 0.0, graded.observation
 
 
+@pytest.mark.timeout(600)
+def test_an_unprivileged_agent_acts_as_its_user(tmp_path: Path) -> None:
+    """[agent].user = "nobody": its exec and its writes run as uid 65534 through Harbor's exec,
+    its fix scores 1.0 and a writer it planted is stopped before grading (0.0)."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(TASKS / "hello-world", tasks / "as-nobody")
+    toml = tasks / "as-nobody" / "task.toml"
+    toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nuser = "nobody"\n'))
+    dockerfile = tasks / "as-nobody" / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN chmod 777 /app\n")
+    env_vars = {"HARBOR_OPENENV_PIDS_LIMIT": "0", "HARBOR_OPENENV_DISK_MB": "0"}
+    with harbor_server(tmp_path, tasks=tasks, **env_vars) as running, running.client() as env:
+        assert env.reset(task_id="as-nobody").observation.error is None
+        assert env.exec("id -u").observation.output == "65534\n"
+        assert env.write("hello.txt", "Hello, world!\n").observation.error is None
+        assert env.exec("stat -c %u hello.txt").observation.output == "65534\n"
+        assert env.evaluate().reward == 1.0
+
+        assert env.reset(task_id="as-nobody").observation.error is None
+        # It writes the answer once the tests are staged, i.e. just before the verifier runs,
+        # if it outlived the stop before grading.
+        plant = (
+            "setsid sh -c 'while [ ! -e /tests/test.sh ]; do sleep 0.05; done;"
+            ' printf "Hello, world!\\n" > /app/hello.txt\' >/dev/null 2>&1 &'
+            " sleep 0.3; ps -o user= -C sleep | sort -u"
+        )
+        assert "nobody" in env.exec(plant).observation.output.split()  # (root's: the keepalive)
+        graded = env.evaluate()
+        assert graded.reward == 0.0, graded.observation
+
+
 @pytest.mark.timeout(300)
 def test_a_setting_the_backend_cannot_honour_refuses_the_reset(tmp_path: Path) -> None:
     """The default pids limit cannot be kept by Harbor's docker backend: reset says so in one
