@@ -258,14 +258,14 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
     if "backend" in values:
         values["backend"] = backend
     if "harbor_env_kwargs" in values:
+        raw = values["harbor_env_kwargs"]
         try:
-            kwargs = json.loads(values["harbor_env_kwargs"])
-        except ValueError as exc:
-            kwargs = exc
-        if not isinstance(kwargs, dict):
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
             raise ValueError(
-                f"{Settings.variable('harbor_env_kwargs')} must be a JSON object"
-                f" ({values['harbor_env_kwargs'][:100]!r})"
+                f"{Settings.variable('harbor_env_kwargs')} must be a JSON object ({raw[:100]!r})"
             )
     if "reward_key" in values:
         try:
