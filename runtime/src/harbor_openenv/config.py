@@ -11,6 +11,7 @@ OpenEnv's own ``ENABLE_WEB_INTERFACE`` stays OpenEnv's (see ``_openenv``).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -100,7 +101,8 @@ class Settings:
         default=100, metadata=_about("default and cap of a rollout's model calls", int)
     )
     pids_limit: int = field(
-        default=1024, metadata=_about("most processes in one task container", int)
+        default=1024,
+        metadata=_about("most processes in one task container (0: no limit)", int, zero=True),
     )
     default_cpus: float = field(
         default=1.0, metadata=_about("CPU quota of a task whose task.toml sets none", float)
@@ -165,6 +167,20 @@ class Settings:
     docker_tls_key: str | None = field(
         default=None,
         metadata=_about("its private key, PEM contents (a key.pem)"),
+    )
+    backend: str = field(
+        default="docker",
+        metadata=_about(
+            "where episodes run: docker (this server's engine), or harbor:TYPE (Harbor's"
+            " environment TYPE, such as harbor:docker; the harbor extra, Python >= 3.12)"
+        ),
+    )
+    harbor_env_kwargs: str | None = field(
+        default=None,
+        metadata=_about(
+            "a JSON object of keyword arguments for Harbor's environment (with"
+            " HARBOR_OPENENV_BACKEND=harbor:TYPE)"
+        ),
     )
     pool_size: int = field(
         default=0,
@@ -267,6 +283,23 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
                 " (DEBUG, INFO, WARNING, ERROR, CRITICAL)"
             )
         values["log_level"] = level or "INFO"
+    backend = values.get("backend", "docker").strip()
+    if backend != "docker" and not (backend.startswith("harbor:") and backend[7:]):
+        raise ValueError(
+            f"{Settings.variable('backend')}={backend!r} must be docker or harbor:TYPE"
+        )
+    if "backend" in values:
+        values["backend"] = backend
+    if "harbor_env_kwargs" in values:
+        raw = values["harbor_env_kwargs"]
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise ValueError(
+                f"{Settings.variable('harbor_env_kwargs')} must be a JSON object ({raw[:100]!r})"
+            )
     if "reward_key" in values:
         try:
             reward_rule(values["reward_key"])

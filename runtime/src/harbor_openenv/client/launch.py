@@ -65,9 +65,10 @@ class Server:
     (default: a free one; a replica restarted behind a balancer keeps its port). ``log``: a file
     for the server's output, which is otherwise kept in memory; ``output`` reads it either way.
     ``prefix``: a command the server runs under (e.g. ``unshare``), which ends by running its
-    arguments in its own process. ``health_s``: the seconds from launch to the first healthy
-    ``/health``. Raises RuntimeError,
-    with the output, when the server exits or is not healthy within ``timeout`` seconds.
+    arguments in its own process. ``python``: the interpreter that runs it (default: this
+    one's), whose environment has the runtime's server extra. ``health_s``: the seconds from
+    launch to the first healthy ``/health``. Raises RuntimeError, with the output, when the
+    server exits or is not healthy within ``timeout`` seconds.
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class Server:
         log: Path | None = None,
         timeout: float = 120,
         prefix: Sequence[str] = (),
+        python: str | None = None,
         **env: str,
     ) -> None:
         self.port = port or free_port()
@@ -94,7 +96,7 @@ class Server:
         }
         command = [
             *prefix,
-            sys.executable,
+            python or sys.executable,
             "-m",
             "uvicorn",
             "--factory",

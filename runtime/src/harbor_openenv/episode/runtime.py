@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -75,7 +76,19 @@ class Runtime:
         self._resolver: ImageResolver | None = None
         self._lock = threading.Lock()
         self._checked: set[str] = set()
-        self.backend: Backend = backend or DockerBackend(lambda: self.docker, owner=self.owner)
+        # Harbor's environments (HARBOR_OPENENV_BACKEND=harbor:TYPE) build or pull each task's
+        # image themselves and keep no warm pool.
+        self.harbor = self.settings.backend.startswith("harbor:")
+        if self.harbor and self.settings.pool_size:
+            raise ValueError(
+                f"{Settings.variable('pool_size')}={self.settings.pool_size}: Harbor's backends"
+                f" ({Settings.variable('backend')}={self.settings.backend}) have no warm pool"
+            )
+        self.backend: Backend = backend or (
+            self._harbor_backend()
+            if self.harbor
+            else DockerBackend(lambda: self.docker, owner=self.owner)
+        )
         self.pool = ContainerPool(self.backend, size=self.settings.pool_size, limit=max_sessions)
         self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
         self.disk = DiskGuard(self.settings.disk_check_s)
@@ -86,6 +99,22 @@ class Runtime:
         # The fork points, their committed images and their branches' containers started ahead.
         self.forks = Forks(self._remove_image, self._discard_unused, ttl_s=self.settings.fork_ttl_s)
         self._capture: CaptureProxy | None = None  # started by the first rollout
+
+    def _harbor_backend(self) -> Backend:
+        """Harbor's environment backend the settings name (the harbor extra)."""
+        variable = Settings.variable("backend")
+        try:
+            from harbor_openenv.sandbox.harbor import HarborBackend
+        except ImportError as exc:
+            raise ValueError(
+                f"{variable}={self.settings.backend} needs Harbor ({exc}): pip install"
+                " 'harbor-openenv[harbor]' (Python >= 3.12)"
+            ) from None
+        kwargs = json.loads(self.settings.harbor_env_kwargs or "{}")
+        try:
+            return HarborBackend(self.dataset.root, self.settings.backend[7:], kwargs=kwargs)
+        except ValueError as exc:
+            raise ValueError(f"{variable}={self.settings.backend}: {exc}") from None
 
     # -- sessions, readiness, drain ------------------------------------------------------------
 
@@ -179,6 +208,8 @@ class Runtime:
     def task_image(self, task: Task) -> str:
         """The local image ``task``'s episodes start from: the one images.lock pins (pulled by
         digest if the engine lacks it, never built), else the task's own (pulled or built)."""
+        if self.harbor:
+            return task.id  # a name only: Harbor's environment builds or pulls the image
         locked = self.locked.get(task.id)
         if locked is None:
             return self.images.resolve(task)
@@ -207,7 +238,7 @@ class Runtime:
             memory_mb=table.memory_mb or settings.default_memory_mb,
             network="none" if network_mode == "no-network" else None,
             env=tuple(sorted(env.items())),
-            pids_limit=settings.pids_limit,
+            pids_limit=settings.pids_limit or None,
             storage_mb=self.disk_limit(table),
         )
 
@@ -253,6 +284,11 @@ class Runtime:
     def verifier_sandbox(self, task: Task, step: StepConfig | None, env: dict[str, str]) -> Sandbox:
         """Start a separate verifier's environment, on the image Harbor would choose (the one
         images.lock pins for it, pulled by digest, when there is one)."""
+        if self.harbor:
+            raise SandboxError(
+                f"task {task.id}: a separate verifier's environment is not supported on Harbor's"
+                f" backends ({Settings.variable('backend')}={self.settings.backend})"
+            )
         folder, ref = task.verifier_image_dir(step), task.verifier_image_ref(step)
         source = verifier_source(task, step)
         locked = self.locked.get(task.id)
