@@ -211,9 +211,9 @@ class DockerSandbox(Sandbox):
             sock = api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start the relay: {exc.explanation or exc}") from None
-        raw = cast(socket.socket, getattr(sock, "_sock", sock))
+        raw = stream.raw_socket(sock)
         try:
-            link = Relay(raw, target, _read_ahead(sock, raw))
+            link = Relay(raw, target, stream.read_ahead(sock, raw))
             link.start()
             try:
                 yield
