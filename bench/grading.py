@@ -1,6 +1,7 @@
 """Grading an agent you cannot trust: evaluate in pristine mode (a fresh container of the task's
 image, the workdir copied in) against evaluate in the shared container, and the tamper report's
-cost per evaluate, in one run. A benchmark, not a test: it prints figures and whether each goal
+cost per evaluate, asked of the keeper and of the engine, against a keeper round trip that does
+nothing, in one run. A benchmark, not a test: it prints figures and whether each goal
 (pristine <= 1.5x; the report <= 5 ms on a small diff) is met. Run from the repository root:
 
     .venv/bin/python bench/grading.py [--reps 8] [--files 10000]
@@ -13,12 +14,16 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
 
 from harbor_openenv.client.launch import Server
-from harbor_openenv.episode.tamper import classify
+from harbor_openenv.episode import tamper
+from harbor_openenv.sandbox import Sandbox, remove_containers
+from harbor_openenv.sandbox.backend import DockerBackend
+from harbor_openenv.sandbox.spec import ContainerSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "hello-world"
@@ -38,31 +43,41 @@ def evaluates_ms(tasks: Path, reps: int, **env: str) -> list[float]:
     return times
 
 
-def report_ms(files: int) -> tuple[float, float]:
-    """The tamper report (the engine's diff and the classification) on a container with a small
-    change and on one with ``files`` files added in site-packages, median ms of five each."""
+def report_ms(files: int) -> dict[str, tuple[float, float]]:
+    """The tamper report's change list on a container with a small change and on one with
+    ``files`` files added in site-packages, median ms of five each: asked of the keeper (its walk
+    of what the container wrote), of the engine (its diff), and a keeper request that does
+    nothing (the round trip both keeper figures include), each with the classification."""
     client = docker.from_env()
-    timings = []
-    for count in (3, files):
-        container = client.containers.run(
-            "debian:bookworm-slim", ["sleep", "600"], detach=True, network_mode="none"
-        )
-        try:
+    owner = f"bench-grading-{time.monotonic_ns()}"
+    backend = DockerBackend(lambda: client, owner=owner)
+    skip = tamper.skipped("/app")
+    ways: dict[str, Callable[[Sandbox], object]] = {
+        "round trip": lambda box: box._ask(["nothing"]),
+        "keeper": lambda box: tamper.classify(box.changes_since_mark(skip) or [], "/app"),
+        "engine": lambda box: tamper.classify(box.changes() or [], "/app"),
+    }
+    timings: dict[str, list[float]] = {way: [] for way in ways}
+    try:
+        for count in (3, files):
+            box = backend.start(ContainerSpec("python:3.12-slim", network="none"), task_id="b")
             script = (
                 "d=/usr/local/lib/python3.11/site-packages/pkg && mkdir -p $d && cd $d &&"
                 f" i=0; while [ $i -lt {count} ]; do : > f$i.py; i=$((i+1)); done"
             )
-            container.exec_run(["sh", "-c", script])
-            samples = []
+            box.exec_root(script, timeout_s=600)
+            samples: dict[str, list[float]] = {way: [] for way in ways}
             for _ in range(5):
-                start = time.perf_counter()
-                changes = [(c["Path"], c["Kind"]) for c in container.diff()]
-                classify(changes, "/app")
-                samples.append((time.perf_counter() - start) * 1000)
-            timings.append(statistics.median(samples))
-        finally:
-            container.remove(force=True)
-    return timings[0], timings[1]
+                for way, call in ways.items():  # interleaved: the same load for each
+                    start = time.perf_counter()
+                    call(box)
+                    samples[way].append((time.perf_counter() - start) * 1000)
+            for way in ways:
+                timings[way].append(statistics.median(samples[way]))
+            box.remove()
+    finally:
+        remove_containers(client, owner=owner)
+    return {way: (small, big) for way, (small, big) in timings.items()}
 
 
 def main() -> int:
@@ -81,16 +96,26 @@ def main() -> int:
                     evaluates_ms(tasks, args.reps // 2 or 1, **env)
                 )
         del tmp
-    small, big = report_ms(args.files)
+    report = report_ms(args.files)
     ratio = statistics.median(pristine) / statistics.median(shared)
     print(f"evaluate, shared container: median {statistics.median(shared):.0f} ms")
     print(
         f"evaluate, pristine: median {statistics.median(pristine):.0f} ms = {ratio:.2f}x"
         f" (goal <= 1.5x: {'met' if ratio <= 1.5 else 'missed'})"
     )
+    trip = report["round trip"]
+    for way in ("keeper", "engine"):
+        small, big = report[way]
+        print(
+            f"tamper report by the {way}, small diff: {small:.1f} ms"
+            f" ({small - trip[0]:.1f} ms past a keeper round trip of {trip[0]:.1f} ms;"
+            f" {small / statistics.median(shared):.1%} of a shared evaluate);"
+            f" {args.files} files: {big:.1f} ms"
+        )
+    keeper, engine = report["keeper"][0], report["engine"][0]
     print(
-        f"tamper report, small diff: {small:.1f} ms (goal <= 5 ms: "
-        f"{'met' if small <= 5 else 'missed'}); {args.files} files: {big:.1f} ms"
+        f"keeper / engine, small diff: {keeper / engine:.3f}x"
+        f" (goal <= 5 ms: {'met' if keeper <= 5 else 'missed'})"
     )
     return 0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from _server import Server
+from _server import Server, runtime_containers, wait_until
 
 from .test_hostile_verifier import make_task
 
@@ -78,3 +78,39 @@ def test_the_agents_work_is_graded_in_either_mode(srv, task):
         env.exec("mkdir -p deep/er && echo x > deep/er/file && ln -s answer.txt link")
         result = env.evaluate()
     assert (result.reward, result.observation.error) == (1.0, None), result.observation
+
+
+def test_the_fresh_environment_is_started_while_the_agent_works(srv, docker_client):
+    """Pristine mode: a second container of the task's image runs from reset on (the spare the
+    grading takes, its working directory already emptied), so evaluate waits for no start; once
+    the episode ended, neither is left. Shared mode: one container."""
+    with srv.client() as env:
+        env.reset(task_id="grade")
+        expected = 2 if srv.mode == "pristine" else 1
+        assert wait_until(
+            lambda: len(runtime_containers(docker_client, srv.owner_prefix)) == expected
+        ), runtime_containers(docker_client, srv.owner_prefix)
+        env.write("answer.txt", "42")
+        result = env.evaluate()
+        assert (result.reward, result.observation.error) == (1.0, None), result.observation
+    assert wait_until(lambda: runtime_containers(docker_client, srv.owner_prefix) == [])
+
+
+def test_a_multi_step_task_grades_each_step_in_a_fresh_environment(docker_client):
+    """Each step's verifier gets a spare of its own, readied with that step's tests: step two's
+    checks that nothing of step one's grading is left pass, and the oracle scores both."""
+    from _server import ROOT
+
+    tasks = ROOT / "tests" / "fixtures" / "format"
+    env_vars = {"HARBOR_OPENENV_PRISTINE_VERIFIER": "multi-step*", "HOE_FORMAT_GREETING": "hello"}
+    with Server(tasks, **env_vars) as server, server.client() as env:
+        env.reset(task_id="multi-step")
+        env.solve()
+        middle = env.evaluate()
+        assert middle.observation.info["verifier_environment"] == "pristine"
+        assert middle.observation.info["steps"][0]["reward"] == 1.0, middle.observation
+        env.solve()
+        last = env.evaluate()
+        info = last.observation.info
+    assert (last.done, last.reward, info["verifier_environment"]) == (True, 1.0, "pristine")
+    assert info["steps"][1]["metrics"] == {"reward": 1.0, "clean": 1.0}, info

@@ -10,6 +10,7 @@ sizes together (a sparse file counts whole) must stay within a limit.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import posixpath
 import tarfile
 import tempfile
@@ -19,6 +20,8 @@ from typing import IO
 
 from harbor_openenv.sandbox import Sandbox, TooLargeError
 from harbor_openenv.tasks.config import ArtifactConfig
+
+LOGS_ARTIFACTS = "/logs/artifacts"  # made in every environment (sandbox/scripts/setup.sh)
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,27 @@ def collect(sandbox: Sandbox, entries: list[ArtifactConfig], *, limit: int) -> l
     return found
 
 
-def restore(sandbox: Sandbox, artifacts: list[Artifact]) -> None:
-    """Recreate each artifact at its path in ``sandbox``."""
+def restore(sandbox: Sandbox, artifacts: list[Artifact], *, made: bool = False) -> None:
+    """Recreate each artifact at its path in ``sandbox``. ``made``: its parent folders exist
+    (``ready_pristine`` made them), so an empty ``/logs/artifacts``, which every environment's
+    set-up makes, is left as it is."""
     for artifact in artifacts:
+        parent = posixpath.dirname(artifact.path) or "/"
+        if made and artifact.path == LOGS_ARTIFACTS and _empty_folder(artifact.archive):
+            continue
         artifact.archive.seek(0)
-        sandbox.import_archive(posixpath.dirname(artifact.path) or "/", artifact.archive)
+        if made:
+            sandbox.upload(parent, artifact.archive)
+        else:
+            sandbox.import_archive(parent, artifact.archive)
+
+
+def _empty_folder(archive: IO[bytes]) -> bool:
+    """Whether a tar holds one folder and nothing in it."""
+    archive.seek(0)
+    with tarfile.open(fileobj=archive, mode="r|") as members:
+        found = list(itertools.islice(members, 2))
+    return len(found) == 1 and found[0].isdir()
 
 
 def close(artifacts: list[Artifact]) -> None:

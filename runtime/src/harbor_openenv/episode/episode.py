@@ -19,9 +19,10 @@ from typing import Any
 
 from harbor_openenv.episode import tamper
 from harbor_openenv.episode.fork import ForkPoint, merge_changes
+from harbor_openenv.episode.pristine import Spare
 from harbor_openenv.episode.record import EpisodeRecord
 from harbor_openenv.episode.runtime import Runtime
-from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier
+from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier, ready_pristine
 from harbor_openenv.helper import contract
 from harbor_openenv.models import HarborObservation
 from harbor_openenv.sandbox import Sandbox, SandboxError
@@ -111,6 +112,7 @@ class Episode:
         self.outcome: Outcome | None = None  # how the last evaluate ended the episode
         self.fork_point: ForkPoint | None = None  # what a branch started from (None: a task's)
         self.inherited: list[tuple[str, int]] | None = None  # a branch's parent's changes
+        self.spare: Spare | None = None  # the pristine verifier's next environment, if on
 
     @classmethod
     def start(cls, runtime: Runtime, task: Task) -> Episode:
@@ -131,6 +133,7 @@ class Episode:
         episode = cls(runtime, task, sandbox, envs, image)
         try:
             episode._ready()
+            episode._spare()
         except BaseException:
             episode.end()
             raise
@@ -162,6 +165,7 @@ class Episode:
         episode.step_info = copy.deepcopy(point.step_info)
         try:
             episode._ready(prepare=False)
+            episode._spare()
         except BaseException:
             episode.end()
             raise
@@ -310,14 +314,18 @@ class Episode:
                 alongside=report,
             )
         elif self.pristine:
+            spare = self._spare()
             verdict = verifier.verify_separately(
                 self.sandbox,
-                self._pristine_sandbox,
+                functools.partial(spare.take, self._readied(self.step_index)),
                 last=False,  # the agent's environment goes on: the fresh one only grades
                 max_artifact_bytes=settings.max_artifact_bytes,
                 alongside=report,
                 workdir=True,
+                discard=self._discard,
             )
+            if self._pristine_at(self.step_index + 1):  # a later step grades in one too
+                spare.prepare(self._readied(self.step_index + 1))
         else:
             self.verifier_dirs_used = True
             verdict = verifier.verify(self.sandbox, alongside=report)
@@ -340,16 +348,46 @@ class Episode:
 
     @property
     def pristine(self) -> bool:
-        """Whether this task's shared-mode verifier runs in a fresh container of its image
-        (``HARBOR_OPENENV_PRISTINE_VERIFIER`` names it; never a compose task or a workdir of
-        ``/``)."""
+        """Whether this step's shared-mode verifier runs in a fresh container of the task's
+        image (``HARBOR_OPENENV_PRISTINE_VERIFIER`` names the task; never a compose task or a
+        workdir of ``/``)."""
+        return self._pristine_at(self.step_index)
+
+    def _pristine_at(self, index: int) -> bool:
+        steps = self.task.config.steps
+        if (steps and index >= len(steps)) or (not steps and index > 0):
+            return False
+        step = steps[index] if steps else None
         patterns = [p.strip() for p in self.runtime.settings.pristine_verifier.split(",")]
-        if (
-            self.task.compose_file is not None
-            or verifier_mode(self.task.config, self.step) != "shared"
-        ):
+        if self.task.compose_file is not None or verifier_mode(self.task.config, step) != "shared":
             return False
         return any(p and fnmatch.fnmatchcase(self.task.id, p) for p in patterns)
+
+    def _spare(self) -> Spare:
+        """The pristine verifier's spare, made once per episode; its first environment is
+        started then when this step grades in one, so that it is ready by evaluate."""
+        if self.spare is None:
+            self.spare = Spare(self._discard)
+            if self.pristine:
+                self.spare.prepare(self._readied(self.step_index))
+        return self.spare
+
+    def _readied(self, index: int) -> Callable[[], Sandbox]:
+        """Start a fresh environment and ready it to grade step ``index``."""
+        steps = self.task.config.steps
+        step = steps[index] if steps else None
+        return lambda: self._ready_pristine(step)
+
+    def _ready_pristine(self, step: StepConfig | None) -> Sandbox:
+        sandbox = self._pristine_sandbox()
+        try:
+            return ready_pristine(sandbox, self.task, step, self.sandbox.workdir)
+        except BaseException:
+            self._discard(sandbox)
+            raise
+
+    def _discard(self, sandbox: Sandbox) -> None:
+        self.runtime.discard(sandbox, lambda: None)
 
     def _pristine_sandbox(self) -> Sandbox:
         """A fresh environment of the episode's own image and container spec."""
@@ -468,6 +506,8 @@ class Episode:
         episode until it is gone."""
         if self.record is not None:
             self.record.finish()
+        if self.spare is not None:
+            self.spare.close()
         self.runtime.disk.forget(self.sandbox)
         ending, point = self.runtime.pool.ending(), self.fork_point
         if point is None:

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO
+from pathlib import Path
 
 from harbor_openenv.episode import artifacts
 from harbor_openenv.helper import contract
@@ -91,13 +91,11 @@ class Verifier:
         /logs/verifier to the verifier's user, with the runtime's helper; stage the tests unless
         ``bundled`` (while the engine starts the shell that then runs test.sh); run test.sh; read
         the reward files and the output's tail through the engine, in one read of the folder.
-        ``alongside``: work on the stopped environment (the tamper report), done on a thread of
-        its own while the tests are staged and finished before test.sh starts."""
+        ``alongside``: work on the stopped environment (the tamper report, a pristine
+        environment's copy of the agent's files), done on a thread of its own while the tests
+        are staged and finished before test.sh starts."""
         task, step = self.task, self.step
-        folders = [] if bundled else [task.tests_dir()]
-        if step is not None and not bundled:
-            folders.append(task.tests_dir(step))
-        present = [folder for folder in folders if folder.is_dir()]
+        present = [] if bundled else test_folders(task, step)
         table = step.verifier if step else task.config.verifier
         user = table.user if table.user is not None else task.config.verifier.user
         owner = sandbox.default_user if user is None else str(user)
@@ -148,43 +146,71 @@ class Verifier:
         max_artifact_bytes: int,
         alongside: Callable[[], object] | None = None,
         workdir: bool = False,
+        discard: Callable[[Sandbox], None] = Sandbox.remove,
     ) -> Verdict:
-        """Stop the agent, run ``alongside`` on its stopped environment, copy its artifacts out
-        (and, with ``workdir``, its working directory, owners, modes and links as they are),
-        remove its environment when this is the ``last`` grading of the episode, start the
-        verifier's own environment with ``start``, put them there (the working directory in place
-        of the image's) and verify."""
+        """Stop the agent; run ``alongside`` on its stopped environment while its artifacts are
+        copied out (and, with ``workdir``, its working directory, owners, modes and links as they
+        are); remove it when this is the ``last`` grading of the episode; start the verifier's
+        own environment with ``start`` (with ``workdir``, one :func:`ready_pristine` readied),
+        put them there (with ``workdir``, side by side, while the engine starts the verifier's
+        shell) and verify; ``discard`` removes that environment after."""
         agent.stop_processes()
-        if alongside is not None:
-            alongside()
         entries = artifact_entries(self.task.config, self.step)
         with contextlib.ExitStack() as cleanup:
+            pool = cleanup.enter_context(ThreadPoolExecutor(2, thread_name_prefix="harbor-openenv"))
+            beside = pool.submit(alongside) if alongside is not None else None
+            tree = cleanup.enter_context(tempfile.TemporaryFile()) if workdir else None
+            exported = (
+                pool.submit(agent.export_tree, agent.workdir, tree, budget=max_artifact_bytes)
+                if tree is not None
+                else None
+            )
             collected = artifacts.collect(agent, entries, limit=max_artifact_bytes)
             cleanup.callback(artifacts.close, collected)
-            tree = cleanup.enter_context(tempfile.TemporaryFile()) if workdir else None
-            if tree is not None and not agent.export_tree(
-                agent.workdir, tree, budget=max_artifact_bytes
-            ):
+            if exported is not None and not exported.result():
                 raise SandboxError(f"the working directory {agent.workdir} is gone")
+            if beside is not None:
+                beside.result()
             if last:
                 agent.remove()
             sandbox = start()
-            cleanup.callback(sandbox.remove)
-            if tree is not None:
-                _replace_tree(sandbox, agent.workdir, tree)
-            artifacts.restore(sandbox, collected)
-            return self.verify(sandbox, bundled=self.bundled)
+            cleanup.callback(discard, sandbox)
+            if tree is None:
+                artifacts.restore(sandbox, collected)
+                return self.verify(sandbox, bundled=self.bundled)
+
+            def copy_in() -> None:  # while the engine starts the verifier's shell
+                assert tree is not None
+                tree.seek(0)
+                copied = pool.submit(sandbox.upload, posixpath.dirname(agent.workdir) or "/", tree)
+                artifacts.restore(sandbox, collected, made=True)
+                copied.result()
+
+            return self.verify(sandbox, bundled=True, alongside=copy_in)
 
 
-def _replace_tree(sandbox: Sandbox, path: str, tree: IO[bytes]) -> None:
-    """Put the engine's tar of the folder ``path`` (``tree``) in place of what ``sandbox`` has
-    there."""
-    parent = posixpath.dirname(path) or "/"
-    cleared = sandbox.exec_root('rm -rf -- "$1" && mkdir -p -- "$2"', path, parent)
-    if cleared.exit_code != 0:
-        raise SandboxError(f"cannot clear {path}: {cleared.output.strip()}")
-    tree.seek(0)
-    sandbox.upload(parent, tree)
+def test_folders(task: Task, step: StepConfig | None) -> list[Path]:
+    """The task's tests/ and the step's, those that exist, staged to /tests in this order."""
+    folders = [task.tests_dir()] + ([task.tests_dir(step)] if step is not None else [])
+    return [folder for folder in folders if folder.is_dir()]
+
+
+def ready_pristine(sandbox: Sandbox, task: Task, step: StepConfig | None, workdir: str) -> Sandbox:
+    """Ready a fresh environment of the task's image to grade ``step`` ahead of the grading: the
+    working directory emptied (the agent's takes its place), the artifacts' parent folders made
+    and the tests staged, so the grading only copies the agent's files in."""
+    entries = artifact_entries(task.config, step)
+    paths = [posixpath.normpath(posixpath.join(workdir, entry.source)) for entry in entries]
+    made = sandbox.exec_root(
+        f'w=$1; shift; rm -rf -- "$w" {TESTS_DIR} && mkdir -p -- "$w" {TESTS_DIR} "$@"',
+        workdir,
+        *[posixpath.dirname(path) or "/" for path in paths],
+    )
+    if made.exit_code != 0:
+        raise SandboxError(f"cannot ready the pristine environment: {made.output.strip()}")
+    for folder in test_folders(task, step):
+        sandbox.put_dir(folder, TESTS_DIR, prepared=True, executable="test.sh")
+    return sandbox
 
 
 def _reward_files(found: dict[str, EngineRead]) -> dict[str, bytes]:
