@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -74,6 +75,7 @@ class Runtime:
         self._resolver: ImageResolver | None = None
         self._lock = threading.Lock()
         self._checked: set[str] = set()
+        self._tls_folder: Path | None = None  # the engine's certificates, given as contents
         self.backend: Backend = backend or DockerBackend(lambda: self.docker, owner=self.owner)
         self.pool = ContainerPool(self.backend, size=self.settings.pool_size, limit=max_sessions)
         self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
@@ -157,7 +159,8 @@ class Runtime:
                         raise SandboxError(
                             "HARBOR_OPENENV_DOCKER_TLS_CA, _CERT and _KEY go together: one is unset"
                         )
-                    engine.use_tls_contents(*cast(tuple[str, str, str], tls))
+                    if self._tls_folder is None:
+                        self._tls_folder = engine.use_tls_contents(*cast(tuple[str, str, str], tls))
                 try:
                     # Each session's thread, the warm pool and the disk guard share it.
                     client = engine.connect(concurrency=self.pool.limit + 8)
@@ -345,6 +348,8 @@ class Runtime:
         self.disk.close()
         self.pool.close()
         self.forks.close()
-        if self._docker is None:
-            return 0
-        return remove_containers(self._docker, owner=self.owner)
+        try:
+            return 0 if self._docker is None else remove_containers(self._docker, owner=self.owner)
+        finally:  # after the engine's last call: a new connection reads the files again
+            if self._tls_folder is not None:
+                shutil.rmtree(self._tls_folder, ignore_errors=True)
