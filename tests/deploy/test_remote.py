@@ -91,6 +91,7 @@ def srv(request, engine, tasks, docker_client) -> Iterator[Server]:
         assert runtime_containers(engine.client) == [], server.output
         assert engine.client.volumes.list(filters={"label": "harbor-openenv"}) == []
         assert runtime_containers(docker_client, server.owner_prefix) == []
+        assert not list(Path("/tmp").glob("harbor-openenv-docker-tls-*")), "certificates left"
 
 
 def test_the_server_cannot_reach_the_machines_engine(srv):

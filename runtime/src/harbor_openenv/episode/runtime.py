@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -76,6 +77,7 @@ class Runtime:
         self._resolver: ImageResolver | None = None
         self._lock = threading.Lock()
         self._checked: set[str] = set()
+        self._tls_folder: Path | None = None  # the engine's certificates, given as contents
         # Harbor's environments (HARBOR_OPENENV_BACKEND=harbor:TYPE) build or pull each task's
         # image themselves and keep no warm pool.
         self.harbor = self.settings.backend.startswith("harbor:")
@@ -189,7 +191,8 @@ class Runtime:
                         raise SandboxError(
                             "HARBOR_OPENENV_DOCKER_TLS_CA, _CERT and _KEY go together: one is unset"
                         )
-                    engine.use_tls_contents(*cast(tuple[str, str, str], tls))
+                    if self._tls_folder is None:
+                        self._tls_folder = engine.use_tls_contents(*cast(tuple[str, str, str], tls))
                 try:
                     # Each session's thread, the warm pool and the disk guard share it.
                     client = engine.connect(concurrency=self.pool.limit + 8)
@@ -406,6 +409,8 @@ class Runtime:
         self.forks.close()
         if self._capture is not None:
             self._capture.stop()
-        if self._docker is None:
-            return 0
-        return remove_containers(self._docker, owner=self.owner)
+        try:
+            return 0 if self._docker is None else remove_containers(self._docker, owner=self.owner)
+        finally:  # after the engine's last call: a new connection reads the files again
+            if self._tls_folder is not None:
+                shutil.rmtree(self._tls_folder, ignore_errors=True)

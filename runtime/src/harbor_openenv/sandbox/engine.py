@@ -39,24 +39,17 @@ class _OneSSHPoolAdapter(SSHHTTPAdapter):
         return super().get_connection("ssh", proxies)
 
 
-def connect(
-    *,
-    concurrency: int = 10,
-    timeout_s: int = _API_TIMEOUT_S,
-    environment: Mapping[str, str] | None = None,
-) -> docker.DockerClient:
-    """A client for the engine ``DOCKER_HOST`` names (in ``environment``, default this process's),
-    keeping up to ``concurrency`` idle connections (the most requests expected at once).
+def connect(*, concurrency: int = 10, timeout_s: int = _API_TIMEOUT_S) -> docker.DockerClient:
+    """A client for the engine ``DOCKER_HOST`` names, keeping up to ``concurrency`` idle
+    connections (the most requests expected at once).
 
     ``ssh://`` goes through paramiko (``~/.ssh``'s config, keys and known_hosts; ``docker system
     dial-stdio`` on the far side); a TLS engine is verified against ``DOCKER_CERT_PATH``'s
     ``ca.pem`` alone. Raises docker's ``DockerException``.
     """
-    env = dict(os.environ if environment is None else environment)
     client = docker.from_env(
         timeout=timeout_s,
         max_pool_size=concurrency,
-        environment=env,
         version=MINIMUM_DOCKER_API_VERSION,  # negotiated below, once requests are set up
     )
     api = client.api
@@ -81,7 +74,7 @@ def connect(
         api._version = api.version(api_version=False)["ApiVersion"]  # type: ignore[attr-defined]
     except (requests.RequestException, KeyError) as exc:
         raise docker.errors.DockerException(
-            f"cannot reach {env.get('DOCKER_HOST') or 'the default socket'}: {exc}"
+            f"cannot reach {os.environ.get('DOCKER_HOST') or 'the default socket'}: {exc}"
         ) from None
     client.ping()
     return client
