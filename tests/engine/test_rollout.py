@@ -28,6 +28,7 @@ SCRIPTS = {
     "miss-sum": ["cat sum_utils.py", SUBMIT],
     "crash": [CRASH],
     "sleepy": ["sleep 60", SUBMIT],
+    "record-hello": ["echo recorded", HELLO, SUBMIT],
     **{f"fix-hello-{i}": [f"echo marker-{i}", HELLO, SUBMIT] for i in range(8)},
 }
 
@@ -98,17 +99,15 @@ def test_token_ids_are_the_models_turn_by_turn_and_linked_by_prefix(server, mode
 
 
 def test_a_rollout_is_recorded_with_the_proxys_token_data(server, model, records):
-    answer = rollout(server, model, "hello-world", "fix-hello", max_turns=10, timeout_s=120)
+    answer = rollout(server, model, "hello-world", "record-hello", max_turns=10, timeout_s=120)
     turns = answer.info["rollout"]["turns"]
+    completions = [t["completion_token_ids"] for t in turns]
 
     def recorded():
         for path in records.glob("*/*/result.json"):
             result = json.loads(path.read_text())
             details = result.get("agent_result", {}).get("rollout_details")
-            if (
-                details
-                and details[0]["completion_token_ids"][0] == turns[0]["completion_token_ids"]
-            ):
+            if details and details[0]["completion_token_ids"] == completions:
                 return path.parent, result
         return None
 
@@ -118,9 +117,8 @@ def test_a_rollout_is_recorded_with_the_proxys_token_data(server, model, records
     (detail,) = result["agent_result"]["rollout_details"]
     assert detail["prompt_token_ids"] == [t["prompt_token_ids"] for t in turns]
     steps = json.loads((trial / "agent" / "trajectory.json").read_text())["steps"]
-    assert [s["metrics"]["completion_token_ids"] for s in steps if s["source"] == "agent"] == [
-        t["completion_token_ids"] for t in turns
-    ]
+    agent = [s["metrics"]["completion_token_ids"] for s in steps if s["source"] == "agent"]
+    assert agent == completions
 
 
 def test_eight_concurrent_rollouts_keep_to_their_own_sessions(server, model):

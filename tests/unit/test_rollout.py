@@ -152,3 +152,13 @@ def test_the_harness_key_reaches_only_the_model(model):
         assert closed.status_code == 401
     finally:
         proxy.stop()
+
+
+def test_the_rollout_action_is_the_trainers_never_the_agents():
+    from harbor_openenv.client import agent_tools
+    from harbor_openenv.models import ORCHESTRATION_ACTIONS, ServedAction
+
+    assert "rollout" in ORCHESTRATION_ACTIONS
+    assert "rollout" not in {tool["function"]["name"] for tool in agent_tools()}
+    served = ServedAction(action_type="rollout", token="t", api_key="trainer-key")
+    assert "trainer-key" not in served.model_dump_json() + repr(served)

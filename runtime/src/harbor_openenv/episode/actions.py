@@ -1,6 +1,7 @@
 """The agent's actions: exec, read, write and list, inside the task's working directory, as the
-agent's user. Each takes the episode and the action and answers with an observation. They are the
-only callers that let the sandbox use its exec channel (``HARBOR_OPENENV_EXEC_CHANNEL``)."""
+agent's user. Each takes the episode and the action and answers with an observation. They (and a
+rollout's harness, the agent too) are the only callers that let the sandbox use its exec channel
+(``HARBOR_OPENENV_EXEC_CHANNEL``)."""
 
 from __future__ import annotations
 

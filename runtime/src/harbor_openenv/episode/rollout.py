@@ -88,6 +88,7 @@ def _act_and_grade(
             workdir=episode.sandbox.workdir,
             model=session.endpoint(model),
             budget=Budget(max(budget.max_turns - session.model_calls, 1), max(left, 0.0)),
+            channel=episode.runtime.settings.exec_channel,
         )
         calls = session.model_calls
         result = _run(harness, run, session) if left > 0 else HarnessResult("timeout")

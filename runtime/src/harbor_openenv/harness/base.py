@@ -35,7 +35,9 @@ class Budget:
 
 @dataclass(frozen=True)
 class HarnessRun:
-    """One harness run: the episode's sandbox, as the agent's user in its working directory."""
+    """One harness run: the episode's sandbox, as the agent's user in its working directory.
+    ``channel``: the harness's commands may use the sandbox's exec channel (they are the agent's
+    actions; the server's ``HARBOR_OPENENV_EXEC_CHANNEL`` decides)."""
 
     sandbox: Sandbox
     instruction: str
@@ -43,6 +45,7 @@ class HarnessRun:
     workdir: str | None
     model: ModelEndpoint
     budget: Budget
+    channel: bool = False
 
 
 @dataclass(frozen=True)

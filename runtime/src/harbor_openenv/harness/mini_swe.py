@@ -34,6 +34,9 @@ def _import_mini() -> Any:
         raise ImportError(
             f"the mini-swe-agent harness needs pip install 'harbor-openenv[harness]' ({exc})"
         ) from exc
+    import litellm
+
+    litellm.suppress_debug_info = True  # no "Provider List" printed per uncosted call
     return default, local, litellm_model, get_config_from_spec("mini")
 
 
@@ -88,7 +91,11 @@ def _sandbox_environment(base: type, run: HarnessRun, deadline: float, config: A
     """An instance of mini-swe-agent's LocalEnvironment whose commands run in the sandbox."""
     sandbox, env = run.sandbox, dict(config["environment"].get("env", {}))
     probe = sandbox.exec(
-        "uname -s; uname -r; uname -v; uname -m", timeout_s=30, max_output=4096, user=run.user
+        "uname -s; uname -r; uname -v; uname -m",
+        timeout_s=30,
+        max_output=4096,
+        user=run.user,
+        channel=run.channel,
     )
     system, release, version, machine = [*probe.output.splitlines(), "", "", "", ""][:4]
     uname = {"system": system, "release": release, "version": version, "machine": machine}
@@ -113,6 +120,7 @@ def _sandbox_environment(base: type, run: HarnessRun, deadline: float, config: A
                     user=run.user,
                     env=env,
                     workdir=cwd or run.workdir,
+                    channel=run.channel,
                 )
                 output = {
                     "output": result.output,
