@@ -1,19 +1,22 @@
 """The codex harness (harness/codex.py) inside a real no-network task container: Codex CLI,
 installed offline from its npm pack, reaches a scripted vLLM-like model through the relay and
 OpenEnv's capture proxy, performs the scripted fix and the fixture task's verifier passes; a
-model that never answers gives "timeout", one that fails gives "crashed", each with an error."""
+model that never answers gives "timeout", one that fails gives "crashed", each with an error.
+Through a real server, the rollout action runs it on a no-network task and grades it."""
 
 from __future__ import annotations
 
 import fcntl
 import io
+import json
 import os
+import shutil
 import subprocess
 import tarfile
 
 import pytest
 from _model import Call, Say, ScriptedModel, capture_proxy
-from _server import CACHE, FIXTURE_TASKS
+from _server import CACHE, FIXTURE_TASKS, Server
 
 from harbor_openenv.harness.base import Budget, HarnessRun, ModelEndpoint
 from harbor_openenv.harness.codex import Codex
@@ -130,3 +133,33 @@ def test_an_unreachable_model_is_a_crash(box, codex):
     result = codex.run(harness_run(box, f"http://127.0.0.1:{port}/v1"))
     assert result.status == "crashed" and result.error, result
     print(f"unreachable: {result.error}")
+
+
+def test_a_rollout_of_codex_on_a_no_network_task_through_the_server(codex_package, tmp_path):
+    """The rollout action names "codex": the server installs it in the task's no-network
+    container, relays its model port to the server's capture proxy, and grades the fix (1.0)."""
+    task = tmp_path / "tasks" / "edit-file-offline"
+    shutil.copytree(TASK, task)
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(
+        toml.replace("[environment]\n", '[environment]\nnetwork_mode = "no-network"\n')
+    )
+    script = [Call("ls /sys/class/net; echo 42 > answer.txt"), Say("I wrote 42 into answer.txt.")]
+    server = Server(tmp_path / "tasks", HARBOR_OPENENV_CODEX_PACKAGE=str(codex_package))
+    try:
+        with ScriptedModel(script) as model, server.client() as env:
+            env.reset(task_id="edit-file-offline")
+            answer = env.rollout(
+                "codex", base_url=model.base_url, model="scripted", max_turns=10, timeout_s=240
+            ).observation
+            requests = list(model.requests)
+    finally:
+        server.stop()
+    assert answer.error is None, answer.error
+    assert (answer.action_type, answer.done, answer.reward) == ("rollout", True, 1.0)
+    captured = answer.info["rollout"]
+    assert captured["harness"] == "codex" and captured["status"] == "completed", captured
+    assert len(captured["turns"]) == 2 and all(t["completion_token_ids"] for t in captured["turns"])
+    # what the command saw, sent back to the model: loopback only, no network interface
+    seen = json.dumps(requests[1])
+    assert "lo" in seen and "eth0" not in seen

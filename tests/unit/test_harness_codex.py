@@ -11,8 +11,8 @@ import tarfile
 import pytest
 
 from harbor_openenv.config import Settings
-from harbor_openenv.harness.base import Budget, HarnessRun, ModelEndpoint
-from harbor_openenv.harness.codex import Codex, HarnessError, _failure, _sources
+from harbor_openenv.harness.base import Budget, HarnessError, HarnessRun, ModelEndpoint
+from harbor_openenv.harness.codex import Codex, _failure, _sources
 from harbor_openenv.sandbox.memory import MemorySandbox
 from harbor_openenv.sandbox.result import ExecResult
 

@@ -65,7 +65,7 @@ def env_with(monkeypatch):
     runtimes = []
 
     def make(harness: Fake):
-        monkeypatch.setitem(HARNESSES, "fake", lambda: harness)
+        monkeypatch.setitem(HARNESSES, "fake", lambda settings: harness)
         runtime = FakeRuntime(FIXTURES / "tasks")
         runtimes.append(runtime)
         from harbor_openenv.server.environment import HarborEnvironment

@@ -15,7 +15,14 @@ import time
 from typing import Any
 
 from harbor_openenv.episode.episode import ActionError, Episode, Outcome
-from harbor_openenv.harness import Budget, Harness, HarnessResult, HarnessRun, get_harness
+from harbor_openenv.harness import (
+    Budget,
+    Harness,
+    HarnessError,
+    HarnessResult,
+    HarnessRun,
+    get_harness,
+)
 from harbor_openenv.harness.capture import CaptureError, CaptureSession, TrainerEndpoint
 from harbor_openenv.harness.registry import UnknownHarness
 from harbor_openenv.models import HarborAction, HarborObservation
@@ -28,8 +35,8 @@ def rollout(episode: Episode, action: HarborAction) -> HarborObservation:
     if not (action.harness and action.base_url and action.model):
         raise ActionError("rollout needs harness, base_url and model (the trainer's endpoint)")
     try:
-        harness = get_harness(action.harness)
-    except (UnknownHarness, ImportError) as exc:
+        harness = get_harness(action.harness, episode.runtime.settings)
+    except (UnknownHarness, HarnessError, ImportError) as exc:
         raise ActionError(f"rollout: {exc}") from None
     settings = episode.runtime.settings
     budget = Budget(

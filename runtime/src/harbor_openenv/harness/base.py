@@ -11,6 +11,11 @@ from typing import Literal, Protocol
 from harbor_openenv.sandbox.base import Sandbox
 
 
+class HarnessError(Exception):
+    """A harness cannot be made ready: its package is missing, or has no build for the
+    container's architecture."""
+
+
 @dataclass(frozen=True)
 class ModelEndpoint:
     """Where the harness's model calls go: the capture proxy, never the trainer's endpoint itself.

@@ -30,7 +30,7 @@ from harbor_openenv.config import Settings
 from harbor_openenv.sandbox.base import Sandbox
 from harbor_openenv.sandbox.errors import SandboxError
 
-from .base import HarnessResult, HarnessRun
+from .base import HarnessError, HarnessResult, HarnessRun
 
 HOME = "/opt/harbor-openenv/codex"  # in the container: bin/codex, path/ (rg), home/ (1777)
 PORT = 4180  # the relayed port inside the container
@@ -43,11 +43,6 @@ _LAUNCH = (
     f'export CODEX_HOME="{HOME}/home/$(id -u)" PATH="{HOME}/path:$PATH"'
     ' && mkdir -p "$CODEX_HOME" && exec "$@" </dev/null'
 )
-
-
-class HarnessError(Exception):
-    """The harness cannot be installed: its package is missing or has no build for the
-    container's architecture."""
 
 
 class Codex:

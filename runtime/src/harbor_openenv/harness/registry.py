@@ -5,26 +5,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from harbor_openenv.config import Settings
 from harbor_openenv.harness.base import Harness
 
 
-def _mini_swe_agent() -> Harness:
+def _mini_swe_agent(settings: Settings) -> Harness:
     from harbor_openenv.harness.mini_swe import MiniSweAgent
 
     return MiniSweAgent()
 
 
-HARNESSES: dict[str, Callable[[], Harness]] = {"mini-swe-agent": _mini_swe_agent}
+def _codex(settings: Settings) -> Harness:
+    from harbor_openenv.harness.codex import Codex
+
+    return Codex.from_settings(settings)
+
+
+HARNESSES: dict[str, Callable[[Settings], Harness]] = {
+    "mini-swe-agent": _mini_swe_agent,  # beside the container
+    "codex": _codex,  # inside it, through the relay
+}
 
 
 class UnknownHarness(Exception):
     """A rollout named a harness this server does not have."""
 
 
-def get_harness(name: str) -> Harness:
-    """The harness called ``name``."""
+def get_harness(name: str, settings: Settings) -> Harness:
+    """The harness called ``name``, as the server's ``settings`` configure it."""
     factory = HARNESSES.get(name)
     if factory is None:
         known = ", ".join(sorted(HARNESSES))
         raise UnknownHarness(f"no harness {name!r} on this server (it has: {known})")
-    return factory()
+    return factory(settings)
