@@ -101,6 +101,12 @@ class ScriptedModel:
         self._server.server_close()
 
     def _next(self, body: dict[str, Any]) -> Turn:
+        """The script's next turn. A chat request that does not start with a system message is
+        the capture proxy's probe of the endpoint: answered (a shell call if it offers a tool),
+        never taking a turn, not kept."""
+        messages = body.get("messages")
+        if messages is not None and messages[0].get("role") != "system":
+            return Call("ls /tmp") if _tool_names(body) else Say("ok")
         with self._lock:
             self.requests.append(body)
             return self.turns.pop(0) if self.turns else Say("Done.")
