@@ -71,14 +71,20 @@ def secrets(engine: Engine) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module", params=["tls", "ssh"])
-def srv(request, engine, tasks, docker_client) -> Iterator[Server]:
+def srv(request, engine, tasks, docker_client, tmp_path_factory) -> Iterator[Server]:
+    # The server's own temporary folder: other tests' servers write their certificates too.
+    scratch = tmp_path_factory.mktemp(f"server-tmp-{request.param}")
     if request.param == "tls":  # as a Space gives them: the certificates' contents as secrets
         docker_env = {"DOCKER_HOST": engine.tls_env["DOCKER_HOST"], **secrets(engine)}
     else:
         docker_env = request.getfixturevalue("ssh_env")
     started = time.perf_counter()
     server = Server(
-        tasks, prefix=NO_SOCKET, HARBOR_OPENENV_MAX_SESSIONS="4", **remote_env(docker_env)
+        tasks,
+        prefix=NO_SOCKET,
+        HARBOR_OPENENV_MAX_SESSIONS="4",
+        TMPDIR=str(scratch),
+        **remote_env(docker_env),
     )
     try:
         yield server
@@ -91,7 +97,7 @@ def srv(request, engine, tasks, docker_client) -> Iterator[Server]:
         assert runtime_containers(engine.client) == [], server.output
         assert engine.client.volumes.list(filters={"label": "harbor-openenv"}) == []
         assert runtime_containers(docker_client, server.owner_prefix) == []
-        assert not list(Path("/tmp").glob("harbor-openenv-docker-tls-*")), "certificates left"
+        assert not list(scratch.glob("harbor-openenv-docker-tls-*")), "certificates left"
 
 
 def test_the_server_cannot_reach_the_machines_engine(srv):

@@ -247,7 +247,10 @@ def test_an_ld_so_preload_hook_cannot_plant_a_reward(srv, hook_library):
             " && ls /app >/dev/null"
         )
         assert armed.observation.exit_code == 0
-        planted = env.exec("sleep 0.3; cat /logs/verifier/reward.txt")
+        planted = env.exec(  # the detached planter's first write, waited for up to 10 s
+            "for i in $(seq 100); do [ -s /logs/verifier/reward.txt ] && break; sleep 0.1; done;"
+            " cat /logs/verifier/reward.txt"
+        )
         assert planted.observation.output.strip() == "1"  # the hook really plants
         result = env.evaluate()
         assert (result.reward, result.observation.error) == (0.0, None), result.observation

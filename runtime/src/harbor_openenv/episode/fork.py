@@ -160,13 +160,15 @@ class Forks:
         self._starts.shutdown(wait=True, cancel_futures=True)
 
     def _expire(self, ids: list[str]) -> None:
-        """The TTL of a fork's IDs passed: drop the unused ones, remembered as expired."""
-        dropped = self._drop(ids)
+        """The TTL of a fork's IDs passed: drop the unused ones, remembered as expired (before
+        their removal starts, so a reset in between is told "expired", not "unknown")."""
         with self._lock:
-            for ident in dropped:
-                self._expired[ident] = None
-                if len(self._expired) > _EXPIRED_KEPT:
-                    self._expired.popitem(last=False)
+            for ident in ids:
+                if ident in self._points:
+                    self._expired[ident] = None
+                    if len(self._expired) > _EXPIRED_KEPT:
+                        self._expired.popitem(last=False)
+        dropped = self._drop(ids)
         if dropped:
             log.info("%d fork IDs expired unused (HARBOR_OPENENV_FORK_TTL_S)", len(dropped))
 
