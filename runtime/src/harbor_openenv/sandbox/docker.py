@@ -181,36 +181,29 @@ class DockerSandbox(Sandbox):
 
     def open_channel(self, user: str) -> Channel:
         """The helper's ``serve`` as ``user``: one engine exec, its stdin attached."""
+        argv = [helper.HELPER, contract.COMMAND_SERVE]
+        return Channel(
+            self._attach_helper(argv, user or self.default_user, "the exec channel"), user
+        )
+
+    def _attach_helper(self, argv: list[str], user: str, what: str) -> Any:
+        """One engine exec of the helper as ``user``, its stdin attached: the socket docker-py
+        hands out. Raises :class:`SandboxError` naming ``what`` when the engine refuses."""
         api = self._client.api
         try:
-            exec_id = api.exec_create(
-                self.container.id,
-                [helper.HELPER, contract.COMMAND_SERVE],
-                user=user or self.default_user,
-                stdin=True,
-                workdir="/",
-            )["Id"]
-            sock = api.exec_start(exec_id, socket=True)
+            exec_id = api.exec_create(self.container.id, argv, user=user, stdin=True, workdir="/")[
+                "Id"
+            ]
+            return api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as exc:
-            raise SandboxError(f"cannot start the exec channel: {exc.explanation or exc}") from None
-        return Channel(sock, user)
+            raise SandboxError(f"cannot start {what}: {exc.explanation or exc}") from None
 
     @contextlib.contextmanager
     def relay(self, port: int, target: tuple[str, int]) -> Iterator[None]:
         """The helper's ``relay PORT`` as :data:`.relay.RELAY_USER`: one engine exec, its stdin
         attached, carrying every connection to ``target``."""
-        api = self._client.api
-        try:
-            exec_id = api.exec_create(
-                self.container.id,
-                [helper.HELPER, contract.COMMAND_RELAY, str(port)],
-                user=RELAY_USER,
-                stdin=True,
-                workdir="/",
-            )["Id"]
-            sock = api.exec_start(exec_id, socket=True)
-        except docker.errors.APIError as exc:
-            raise SandboxError(f"cannot start the relay: {exc.explanation or exc}") from None
+        argv = [helper.HELPER, contract.COMMAND_RELAY, str(port)]
+        sock = self._attach_helper(argv, RELAY_USER, "the relay")
         raw = stream.raw_socket(sock)
         try:
             link = Relay(raw, target, stream.read_ahead(sock, raw))
