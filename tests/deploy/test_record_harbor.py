@@ -7,10 +7,12 @@ fail them, nothing skips."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
 
@@ -88,6 +90,33 @@ def page_text(chromium: str, url: str, profile: Path, screenshot: Path | None = 
     return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", dom)))
 
 
+@contextlib.contextmanager
+def harbor_view(record_dir: Path, tmp_path: Path) -> Iterator[str]:
+    """``harbor view`` of ``record_dir`` on a free port, healthy; its URL. Its output goes to a
+    file (a full pipe would stall the server), shown when it does not come up."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = tmp_path / "harbor-view.log"
+    with log_path.open("w") as log:
+        view = subprocess.Popen(
+            [str(HARBOR_VENV / "bin" / "harbor"), "view", str(record_dir), "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+
+            def up() -> bool:
+                try:
+                    return httpx.get(f"{url}/api/health", timeout=2).status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+            assert wait_until(up, timeout=60), log_path.read_text()
+            yield url
+        finally:
+            stop_process(view, timeout=20)
+
+
 def test_harbors_own_models_load_every_file(tmp_path) -> None:
     rec = recorder(tmp_path)
     trials = record_episodes(rec)
@@ -112,23 +141,7 @@ def test_harbor_view_shows_each_episode_and_its_reward(tmp_path) -> None:
     rec = recorder(tmp_path)
     trials = record_episodes(rec)
     rec.close()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "harbor-view.log").open("w")  # a file: a full pipe would stall the server
-    view = subprocess.Popen(
-        [str(HARBOR_VENV / "bin" / "harbor"), "view", str(rec.record_dir), "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-
-        def up() -> bool:
-            try:
-                return httpx.get(f"{url}/api/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        assert wait_until(up, timeout=60), (tmp_path / "harbor-view.log").read_text()
+    with harbor_view(rec.record_dir, tmp_path) as url:
         job = rec.job_dir.name
         # the API the page reads: the job list, the job's trials, each trial
         jobs = httpx.get(f"{url}/api/jobs").json()["items"]
@@ -167,9 +180,6 @@ def test_harbor_view_shows_each_episode_and_its_reward(tmp_path) -> None:
         )
         assert re.search(r"#1 create .*? 1\.00 #2 fill .*? 0\.50", trial), trial
         assert "Step one: create a.txt" in trial and "touch a.txt" in trial
-    finally:
-        stop_process(view, timeout=20)
-        log.close()
     print(f"screenshot: {screenshot}")
     assert screenshot.stat().st_size > 10_000
 
@@ -189,29 +199,10 @@ def test_harbor_reads_a_rollouts_token_data_and_view_shows_its_tokens(tmp_path) 
     )
     assert harbor.returncode == 0, harbor.stderr
     assert [trial.name, {"reward": 1.0}, None] in json.loads(harbor.stdout)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "harbor-view.log").open("w")
-    view = subprocess.Popen(
-        [str(HARBOR_VENV / "bin" / "harbor"), "view", str(rec.record_dir), "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-
-        def up() -> bool:
-            try:
-                return httpx.get(f"{url}/api/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        assert wait_until(up, timeout=60), (tmp_path / "harbor-view.log").read_text()
+    with harbor_view(rec.record_dir, tmp_path) as url:
         page = f"{url}/jobs/{rec.job_dir.name}/trials/{trial.name}"
         text = page_text(chromium, page, tmp_path / "profile")
         assert "No token data" not in text and "18 tokens" in text, text
-    finally:
-        stop_process(view, timeout=20)
-        log.close()
 
 
 @pytest.mark.docker
