@@ -164,6 +164,17 @@ def image_kept_for_both_routes():
     subprocess.run(["docker", "rmi", "-f", NAME], capture_output=True, check=False)
 
 
+def remove_containers_of(image: str) -> None:
+    """Remove what still runs from ``image`` (the rendered server's container), if anything."""
+    ids = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"ancestor={image}"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+
+
 def test_compose_route(checkout):
     port, name = free_port(), NAME
     env = render(checkout, port, name)
@@ -238,13 +249,7 @@ def test_docker_route_and_update(checkout):
             server.wait(timeout=60)
         except subprocess.TimeoutExpired:
             server.kill()
-        ids = subprocess.run(
-            ["docker", "ps", "-q", "--filter", f"ancestor={name}"],
-            capture_output=True,
-            text=True,
-        ).stdout.split()
-        if ids:
-            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+        remove_containers_of(name)
 
     # The dataset grows: one task more, one changed; the README's "Change the dataset".
     dataset = env.parent / "my-dataset"
@@ -299,7 +304,8 @@ def test_remote_route_with_no_socket(checkout, docker_client):
         shutil.copytree(engine.tls_env["DOCKER_CERT_PATH"], env / "certs")
         tcp = engine.tls_env["DOCKER_HOST"]
         run = run.replace("tcp://ENGINE_HOST:2376", tcp).replace(
-            f"-p {port}:{port}", "--network host"  # the README's documented option
+            f"-p {port}:{port}",
+            "--network host",  # the README's documented option
         )
         server = subprocess.Popen(
             ["bash", "-c", run], cwd=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -316,13 +322,7 @@ def test_remote_route_with_no_socket(checkout, docker_client):
             except subprocess.TimeoutExpired:
                 server.kill()
                 output = ""
-            ids = subprocess.run(
-                ["docker", "ps", "-q", "--filter", f"ancestor={name}"],
-                capture_output=True,
-                text=True,
-            ).stdout.split()
-            if ids:
-                subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+            remove_containers_of(name)
         ours = {"label": "harbor-openenv"}
         assert engine.client.api.containers(all=True, filters=ours) == [], output
         assert engine.client.volumes.list(filters=ours) == [], output
