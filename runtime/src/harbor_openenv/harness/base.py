@@ -4,8 +4,7 @@ sees the orchestration token and grades nothing; the rollout action grades after
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from harbor_openenv.sandbox.base import Sandbox
@@ -27,7 +26,6 @@ class ModelEndpoint:
     base_url: str
     api_key: str
     model: str
-    sampling: Mapping[str, float | int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
