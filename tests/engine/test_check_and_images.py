@@ -32,13 +32,20 @@ FORMAT_TASKS = ROOT / "tests" / "fixtures" / "format"
 
 @pytest.fixture(scope="module")
 def check_dataset(tmp_path_factory) -> Path:
-    """edit-file, a copy whose oracle does nothing, one whose verifier hangs, and no-reward."""
+    """edit-file, a copy whose oracle does nothing, one whose verifier hangs, one whose oracle
+    also puts a program on PATH, and no-reward."""
     root = tmp_path_factory.mktemp("check") / "tasks"
     for name in ("edit-file", "no-reward"):
         shutil.copytree(FIXTURE_TASKS / name, root / name)
     for name, script, command in (
         ("bad-oracle", "solution/solve.sh", "true"),
         ("hanging", "tests/test.sh", "sleep 50"),
+        (
+            "oracle-on-path",
+            "solution/solve.sh",
+            "echo 42 > /work/answer.txt; mkdir -p /opt/tool; echo x > /opt/tool/data;"
+            " printf '#!/bin/sh\\n' > /usr/local/bin/tool",
+        ),
     ):
         shutil.copytree(FIXTURE_TASKS / "edit-file", root / name)
         (root / name / script).write_text(f"#!/bin/bash\n{command}\n")
@@ -59,10 +66,27 @@ def test_check_passes_a_good_task(docker_client, check_dataset, tmp_path):
     assert row["problems"] == [] and row["nop_error"] is None and row["oracle_error"] is None
     assert row["seconds"] > 0
     table = result.stdout.splitlines()
-    assert table[0].split() == ["TASK", "NOP", "ORACLE", "SECONDS", "STATUS"]
-    assert table[1].split()[:3] == ["edit-file", "0", "1"]
-    assert "1 tasks checked" in table[-1]
+    assert table[0].split() == ["TASK", "NOP", "ORACLE", "SECONDS", "STATUS", "CHANGES"]
+    assert table[1].split() == ["edit-file", "0", "1", table[1].split()[3], "ok", "-"]
+    assert row["oracle_changes"] == {} and row["oracle_suspect"] == [] and row["warnings"] == []
+    assert "1 tasks checked" in table[-1] and "flagged 0 oracle runs" in table[-1]
     assert "checked 1/1" in result.stderr
+
+
+@pytest.mark.docker
+def test_check_warns_of_an_oracle_the_tamper_report_flags(docker_client, check_dataset, tmp_path):
+    """A solve.sh that also writes a program on PATH still passes, with a warning that the
+    tamper report would flag its honest rollouts (a trainer dropping them drops the task)."""
+    result = check(check_dataset, "oracle-on-path", json_file=tmp_path / "out.json")
+    assert result.returncode == 0, result
+    [row] = json.loads((tmp_path / "out.json").read_text())
+    assert (row["oracle"], row["ok"]) == (1.0, True)
+    assert row["oracle_changes"] == {"executables": 1}  # /opt/tool is nothing the verifier runs
+    assert row["oracle_suspect"] == ["/usr/local/bin/tool"]
+    [warning] = row["warnings"]
+    assert f"warning: {warning}" in result.stdout.splitlines()
+    assert "SUSPECT executables 1" in result.stdout
+    assert "flagged 1 oracle runs" in result.stdout.splitlines()[-1]
 
 
 @pytest.mark.docker

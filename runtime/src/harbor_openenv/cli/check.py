@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from harbor_openenv.config import Settings
 from harbor_openenv.tasks.dataset import Dataset
@@ -44,6 +44,10 @@ class CheckResult:
     seconds: float = 0.0
     ok: bool = False
     problems: list[str] = field(default_factory=list)
+    # The tamper report of the oracle's changes (every step's, added up): paths per class.
+    oracle_changes: dict[str, int] = field(default_factory=dict)
+    oracle_suspect: list[str] = field(default_factory=list)  # the first suspect paths
+    warnings: list[str] = field(default_factory=list)
 
     def judge(self) -> None:
         """Fill ``problems`` and ``ok`` from the two rewards."""
@@ -65,6 +69,29 @@ class CheckResult:
                 " the task being done"
             )
         self.ok = not self.problems
+        if self.oracle_suspect:
+            classes = ", ".join(f"{name} {n}" for name, n in self.oracle_changes.items() if n)
+            self.warnings.append(
+                f"{self.task}: the oracle's own changes look like tampering to the tamper report"
+                f" ({classes}: {', '.join(self.oracle_suspect)}): a trainer that drops suspect"
+                " rollouts drops this task's honest solutions too"
+            )
+
+
+def tamper_of(info: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
+    """An episode's tamper reports (a multi-step task's per step) added up: the count per class,
+    and the first suspect paths."""
+    from harbor_openenv.episode import tamper
+
+    reports = [step.get("tamper") for step in info.get("steps") or [info]]
+    counts: dict[str, int] = {}
+    suspect: list[str] = []
+    for report in reports:
+        for name, count in ((report or {}).get("counts") or {}).items():
+            counts[name] = counts.get(name, 0) + count
+            if name in tamper.SUSPECT:
+                suspect += (report or {}).get("paths", {}).get(name, [])
+    return counts, list(dict.fromkeys(suspect))[: tamper.SHOWN]
 
 
 def select_tasks(
@@ -167,9 +194,11 @@ class _Checker:
         self.token = token
         self.stop = threading.Event()
 
-    def episode(self, task_id: str, oracle: bool) -> tuple[float | None, str | None, float]:
+    def episode(
+        self, task_id: str, oracle: bool
+    ) -> tuple[float | None, str | None, float, dict[str, Any]]:
         """One episode, every step of a multi-step task included: its reward, what went wrong
-        (if anything) and how long it took."""
+        (if anything), how long it took and the last observation's info."""
         from harbor_openenv.client import driver
         from harbor_openenv.server.environment import HarborEnvironment
 
@@ -178,14 +207,16 @@ class _Checker:
         policy = driver.oracle(self.token) if oracle else driver.nop
         reward: float | None
         error: str | None
+        info: dict[str, Any] = {}
         try:
             run = driver.run_episode(env, task_id, policy, self.token, stop=self.stop)
             reward, error = run.reward, run.error
+            info = run.last.info if run.last is not None else {}
         except Exception as exc:  # the engine failing must not stop the other tasks
             reward, error = None, f"{type(exc).__name__}: {exc}"
         finally:
             env.close()
-        return reward, error, time.monotonic() - started
+        return reward, error, time.monotonic() - started, info
 
 
 @contextlib.contextmanager
@@ -222,10 +253,11 @@ def _run_checks(checker: _Checker, tasks: list[Task], jobs: int) -> list[CheckRe
         }
         for future in as_completed(futures):
             task_id, oracle = futures[future]
-            reward, error, seconds = future.result()
+            reward, error, seconds, info = future.result()
             result = pending[task_id]
             if oracle:
                 result.oracle, result.oracle_error = reward, error
+                result.oracle_changes, result.oracle_suspect = tamper_of(info)
             else:
                 result.nop, result.nop_error = reward, error
             result.seconds = round(result.seconds + seconds, 2)

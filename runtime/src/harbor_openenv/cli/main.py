@@ -185,10 +185,19 @@ def _reward_text(value: float | None) -> str:
     return "None" if value is None else f"{value:g}"
 
 
+def _changes_text(result: CheckResult) -> str:
+    """The CHANGES column: the oracle's changes outside its workdir by class, suspect first."""
+    counts = {name: n for name, n in result.oracle_changes.items() if n}
+    if not counts:
+        return "-"
+    text = ", ".join(f"{name} {n}" for name, n in counts.items())
+    return f"SUSPECT {text}" if result.oracle_suspect else text
+
+
 def _report_check(results: list[CheckResult], json_target: str | None, seconds: float) -> None:
     out = sys.stderr if json_target == "-" else sys.stdout
     if results:
-        table = [["TASK", "NOP", "ORACLE", "SECONDS", "STATUS"]]
+        table = [["TASK", "NOP", "ORACLE", "SECONDS", "STATUS", "CHANGES"]]
         table += [
             [
                 r.task,
@@ -196,6 +205,7 @@ def _report_check(results: list[CheckResult], json_target: str | None, seconds: 
                 _reward_text(r.oracle),
                 f"{r.seconds:.1f}",
                 "ok" if r.ok else "PROBLEM",
+                _changes_text(r),
             ]
             for r in results
         ]
@@ -203,10 +213,13 @@ def _report_check(results: list[CheckResult], json_target: str | None, seconds: 
     problems = [line for r in results for line in r.problems]
     for line in problems:
         print(line, file=out)
+    for line in (line for r in results for line in r.warnings):
+        print(f"warning: {line}", file=out)
     failed = sum(not r.ok for r in results)
+    suspect = sum(bool(r.oracle_suspect) for r in results)
     print(
         f"{len(results)} tasks checked in {seconds:.1f} s: {len(results) - failed} ok,"
-        f" {failed} with problems",
+        f" {failed} with problems; the tamper report flagged {suspect} oracle runs",
         file=out,
     )
     if json_target:
