@@ -61,12 +61,13 @@ def test_one_id_starts_one_branch_and_the_last_branch_removes_the_image():
     assert first != second and first.startswith("fork-") and forks.pending() == 2
     taken, ready = forks.take(first)
     assert taken is point and ready is not None and ready.result() in registry.started
-    assert len(registry.started) == 2  # both branches' containers, started at the fork
     with pytest.raises(ForkError, match="already used"):
         forks.take(first)
     forks.release(point)
     assert registry.removed == []  # an ID is left
-    forks.take(second)
+    _, later = forks.take(second)
+    assert later is not None and later.result() in registry.started and later is not ready
+    assert len(registry.started) == 2  # one container per branch, both started at the fork
     forks.release(point)
     assert registry.removed == ["img"] and forks.pending() == 0 and not registry.discarded
 
