@@ -114,6 +114,29 @@ def test_validate_reports_what_harbor_would_refuse(tmp_path):
     assert report["ok"] is True
 
 
+def test_validate_warns_of_harbors_legacy_log_mounts(tmp_path):
+    """A public task's compose file mounting ${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}
+    (variables Harbor 0.25 sets only with auto_mounting) is named, with the file."""
+    for name, volumes in (
+        ("legacy", "${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}"),
+        ("named", "data:/data"),
+    ):
+        _variant(tmp_path, name, "")
+        (tmp_path / name / "environment" / "docker-compose.yaml").write_text(
+            f"services:\n  main:\n    build:\n      context: ${{CONTEXT_DIR}}\n"
+            f"    volumes:\n      - {volumes}\n"
+        )
+    report = json.loads(run_cli("validate", tmp_path, "--json").stdout)
+    warnings = {row["task"]: row["harbor_warnings"] for row in report["tasks"]}
+    assert warnings["named"] == []
+    [found] = warnings["legacy"]
+    assert found["field"] == "environment/docker-compose.yaml"
+    assert found["warning"].startswith(
+        "legacy/environment/docker-compose.yaml: uses ENV_VERIFIER_LOGS_PATH,"
+        " HOST_VERIFIER_LOGS_PATH, which Harbor 0.25 sets only with `--ek auto_mounting=true`"
+    )
+
+
 def test_validate_names_variables_needed_at_serve_time(tmp_path):
     _variant(tmp_path, "cloud", '\n[verifier.env]\nKEY = "${HOE_CLOUD_KEY}"\nMODE = "${M:-fast}"\n')
     _variant(tmp_path, "plain", "")

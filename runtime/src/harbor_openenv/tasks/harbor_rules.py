@@ -388,6 +388,8 @@ def harbor_warnings(task: Task) -> list[dict[str, str]]:
                 " skips the task",
             )
         )
+    if task.compose_file is not None:
+        found += _legacy_mounts(task, task.compose_file)
     inputs = [task.tests_dir(), task.solution_dir()]
     inputs += [task.step_path(step.name) for step in (config.steps or [])] if config else []
     for folder in inputs:
@@ -395,6 +397,31 @@ def harbor_warnings(task: Task) -> list[dict[str, str]]:
         if escape:
             found.append(_warning(escape[0], f"{task.id}/{escape[0]}: {escape[1]}"))
     return found
+
+
+# Harbor's legacy log-mount variables (environments/docker/compose_env.py): Harbor 0.25 sets them
+# only for mounts it makes, and it makes none by default (``auto_mounting`` is off).
+_LEGACY_MOUNT = re.compile(r"\$\{?((?:HOST|ENV)_(?:VERIFIER_LOGS|AGENT_LOGS|ARTIFACTS)_PATH)\b")
+
+
+def _legacy_mounts(task: Task, compose_file: Path) -> list[dict[str, str]]:
+    """A compose file that mounts Harbor's legacy log paths: left empty, compose refuses it."""
+    try:
+        text = compose_file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    names = sorted(set(_LEGACY_MOUNT.findall(text)))
+    if not names:
+        return []
+    where = compose_file.relative_to(task.path).as_posix()
+    return [
+        _warning(
+            where,
+            f"{task.id}/{where}: uses {', '.join(names)}, which Harbor 0.25 sets only with"
+            " `--ek auto_mounting=true` (this runtime mounts no server path): left empty, compose"
+            " refuses the mount (`invalid mount path: ':'`)",
+        )
+    ]
 
 
 def _warning(field: str, line: str) -> dict[str, str]:
