@@ -1,6 +1,9 @@
 """Harbor's environment backends (HARBOR_OPENENV_BACKEND=harbor:TYPE): a real server, run from the
 Python 3.12 venv .ci/interop-tools.sh installs (the runtime with its harbor extra), serves the
-bundled example on Harbor's docker backend, which shells out to `docker compose`.
+bundled example on Harbor's docker backend, which shells out to `docker compose`: on this machine's
+engine, and on a remote engine reached over SSH (a dockerd of its own behind a local sshd) by a
+server that cannot reach the machine's engine. Harbor 0.25 has no ssh environment type: its
+docker backend over DOCKER_HOST=ssh://... is how Harbor reaches a host by SSH.
 
 This engine has no bridge network: a compose overlay given through HARBOR_OPENENV_HARBOR_ENV_KWARGS
 (Harbor's own extra_docker_compose) builds and runs the task's container with network none.
@@ -10,13 +13,17 @@ Missing tools fail these tests; nothing here skips.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _engines import EngineError
 from _interop import HARBOR_SERVER_VENV
+from _remote import NO_SOCKET, remote_engine, remote_env
 from _server import ROOT, TOKEN, Server, runtime_containers
+from _sshd import SshdError, serve_sshd
 
 from harbor_openenv.client import driver
 from harbor_openenv.tasks.dataset import Dataset
@@ -29,7 +36,9 @@ PYTHON = str(HARBOR_SERVER_VENV / "bin" / "python")
 FIX = "printf 'Hello, world!\\n' > /app/hello.txt"
 
 
-def harbor_server(tmp_path: Path, *, tasks: Path = TASKS, **env: str) -> Server:
+def harbor_server(
+    tmp_path: Path, *, tasks: Path = TASKS, prefix: tuple[str, ...] = (), **env: str
+) -> Server:
     overlay = tmp_path / "network-none.json"
     overlay.write_text(
         json.dumps({"services": {"main": {"build": {"network": "none"}, "network_mode": "none"}}})
@@ -38,6 +47,7 @@ def harbor_server(tmp_path: Path, *, tasks: Path = TASKS, **env: str) -> Server:
     return Server(
         tasks,
         python=PYTHON,
+        prefix=prefix,
         HARBOR_OPENENV_BACKEND="harbor:docker",
         HARBOR_OPENENV_HARBOR_ENV_KWARGS=kwargs,
         **env,
@@ -172,3 +182,49 @@ def test_a_network_the_backend_cannot_enforce_refuses_the_reset(tmp_path: Path) 
         error = reset.observation.error or ""
         assert reset.done and "refused task offline" in error and "no-network" in error, error
         assert "\n" not in error.strip()
+
+
+def _docker_config(folder: Path) -> Path:
+    """A docker CLI config folder holding only the machine's compose plugin."""
+    home = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    plugin = home / "cli-plugins" / "docker-compose"
+    assert plugin.exists(), f"{plugin} is missing: run .ci/interop-tools.sh"
+    (folder / "cli-plugins").mkdir(parents=True)
+    (folder / "cli-plugins" / "docker-compose").symlink_to(plugin.resolve())
+    return folder
+
+
+@pytest.mark.timeout(600)
+def test_harbors_docker_backend_on_a_remote_engine_over_ssh(tmp_path: Path, docker_client) -> None:
+    """A server with no local engine runs hello-world on Harbor's docker backend against a
+    remote engine reached by SSH: the agent's fix scores 1.0, the compose project lives on the
+    remote engine alone, and nothing is left there once the server stops."""
+    env_vars = {
+        "HARBOR_OPENENV_PIDS_LIMIT": "0",
+        "HARBOR_OPENENV_DISK_MB": "0",
+        # The SSH client's HOME is the test's: the docker CLI finds compose in a DOCKER_CONFIG
+        # of the test's own that holds the machine's plugin.
+        "DOCKER_CONFIG": str(_docker_config(tmp_path / "docker-config")),
+    }
+    try:
+        with remote_engine(docker_client, "harbor-ssh") as engine, serve_sshd(engine.host) as ssh:
+            assert engine.client is not None
+            with (
+                harbor_server(tmp_path, prefix=NO_SOCKET, **remote_env(ssh), **env_vars) as srv,
+                srv.client() as env,
+            ):
+                reset = env.reset(task_id="hello-world")
+                assert reset.observation.error is None, (reset.observation, srv.output[-3000:])
+                labels = {"label": "com.docker.compose.project"}
+                projects = [
+                    c["Labels"]["com.docker.compose.project"]
+                    for c in engine.client.api.containers(filters=labels)
+                ]
+                assert [p for p in projects if p.startswith("harbor-openenv-")], projects
+                assert env.exec(FIX).observation.exit_code == 0
+                graded = env.evaluate()
+                assert (graded.reward, graded.observation.error) == (1.0, None), graded
+            left = engine.client.api.containers(all=True, filters=labels)
+            assert left == [], left
+    except (EngineError, SshdError) as exc:
+        pytest.fail(str(exc))
