@@ -37,19 +37,56 @@ def pytest_addoption(parser):
     )
 
 
+    parser.addoption(
+        "--remote-engine",
+        action="store_true",
+        help="run against an engine of the tests' own reached by TCP with TLS (a dockerd on"
+        " 127.0.0.1 with the base images): every fixture, runtime and server of the run uses it"
+        " by Docker's own settings (scripts/test reruns the hostile suite so)",
+    )
+
+
 def pytest_configure(config):
     # Servers started by the tests inherit this process's environment (launch.Server).
     os.environ[CHANNEL_VARIABLE] = config.getoption("--exec-channel")
 
 
-@pytest.fixture(scope="session")
-def docker_client():
-    """The local engine. Tests that need it fail (never skip) when it is unreachable."""
+@pytest.fixture(scope="session", autouse=True)
+def remote_engine_of_the_run(request) -> Iterator[None]:
+    """With ``--remote-engine``: a TLS engine for this test process, named by ``DOCKER_HOST``,
+    ``DOCKER_TLS_VERIFY`` and ``DOCKER_CERT_PATH`` from the first test on (the machine's engine
+    only gives it the base images); stopped after the last."""
+    if not request.config.getoption("--remote-engine"):
+        yield
+        return
     import docker
+    from _engines import EngineError
+    from _remote import remote_engine
 
     try:
-        client = docker.from_env(timeout=300)
-        client.ping()
+        with remote_engine(docker.from_env(timeout=300), f"run-{os.getpid()}") as engine:
+            saved = {name: os.environ.get(name) for name in engine.tls_env}
+            os.environ.update(engine.tls_env)
+            try:
+                yield
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+    except EngineError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """The engine Docker's settings name (the machine's, or ``--remote-engine``'s), by the
+    runtime's own client. Tests that need it fail (never skip) when it is unreachable."""
+    from harbor_openenv.sandbox import engine
+
+    try:
+        client = engine.connect(concurrency=16)
     except Exception as exc:
         pytest.fail(f"these tests need a running Docker engine (see .ci/run): {exc}")
     missing = [name for name in BASE_IMAGES if not _has_image(client, name)]
