@@ -535,8 +535,8 @@ class Sandbox(AgentFiles):
             stream = archives.Bounded(found.stream, path=path, budget=budget)
             try:
                 target.upload(posixpath.dirname(path) or "/", cast(IO[bytes], stream))
-            except SandboxError:
-                stream.check()  # a cut stream's own reason first
+            except Exception:
+                stream.check()  # a cut stream's own reason first (an upload fails on it)
                 raise
             stream.check()
         return True
