@@ -4,7 +4,7 @@ cost per evaluate, asked of the keeper and of the engine, against a keeper round
 nothing, in one run. A benchmark, not a test: it prints figures and whether each goal
 (pristine <= 1.5x; the report <= 5 ms on a small diff) is met. Run from the repository root:
 
-    .venv/bin/python bench/grading.py [--reps 8] [--files 10000]
+    .venv/bin/python bench/grading.py [--reps 8] [--files 10000] [--pause 1]
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,42 +28,55 @@ ROOT = Path(__file__).resolve().parents[1]
 TASK = "hello-world"
 
 
-def evaluates_ms(tasks: Path, reps: int, **env: str) -> list[float]:
-    """The wall time of each evaluate (after the agent's fix) over ``reps`` episodes."""
-    times = []
-    with Server(tasks, **env) as server, server.client() as client:
-        for _ in range(reps):
-            client.reset(task_id=TASK)
-            client.solve()
-            start = time.perf_counter()
-            result = client.evaluate()
-            times.append((time.perf_counter() - start) * 1000)
-            assert result.reward == 1.0, result.observation
+def evaluates_ms(tasks: Path, reps: int, pause: float) -> tuple[list[float], list[float]]:
+    """The wall time of each evaluate (after the agent's fix and ``pause`` seconds, the agent's
+    work: the spare is readied meanwhile) in the shared container and in pristine mode, one
+    server each, open together: an episode of each per round, in turn which goes first, so both
+    meet the same load."""
+    times: tuple[list[float], list[float]] = ([], [])
+    with (
+        Server(tasks) as shared,
+        Server(tasks, HARBOR_OPENENV_PRISTINE_VERIFIER=TASK) as pristine,
+        shared.client() as one,
+        pristine.client() as other,
+    ):
+        for rep in range(reps):
+            order = [(0, one), (1, other)] if rep % 2 == 0 else [(1, other), (0, one)]
+            for mode, client in order:
+                client.reset(task_id=TASK)
+                client.solve()
+                time.sleep(pause)
+                start = time.perf_counter()
+                result = client.evaluate()
+                times[mode].append((time.perf_counter() - start) * 1000)
+                assert result.reward == 1.0, result.observation
     return times
 
 
-def report_ms(files: int) -> dict[str, tuple[float, float]]:
-    """The tamper report's change list on a container with a small change and on one with
-    ``files`` files added in site-packages, median ms of five each: asked of the keeper (its walk
-    of what the container wrote), of the engine (its diff), and a keeper request that does
-    nothing (the round trip both keeper figures include), each with the classification."""
+def report_ms(files: int) -> dict[str, dict[str, float]]:
+    """The tamper report (:func:`tamper.changes` and the classification) by scene: a small
+    change, ``files`` files added in site-packages, and a deleted program (which the keeper's
+    walk cannot see: the engine's list is asked too), median ms of five each: as evaluate asks it
+    (the keeper's walk), of the engine alone (its diff), and a keeper request that does nothing
+    (the round trip the keeper's figure includes)."""
     client = docker.from_env()
     owner = f"bench-grading-{time.monotonic_ns()}"
     backend = DockerBackend(lambda: client, owner=owner)
-    skip = tamper.skipped("/app")
     ways: dict[str, Callable[[Sandbox], object]] = {
         "round trip": lambda box: box._ask(["nothing"]),
-        "keeper": lambda box: tamper.classify(box.changes_since_mark(skip) or [], "/app"),
+        "keeper": lambda box: tamper.classify(tamper.changes(box) or [], "/app"),
         "engine": lambda box: tamper.classify(box.changes() or [], "/app"),
     }
-    timings: dict[str, list[float]] = {way: [] for way in ways}
+    site = "/usr/local/lib/python3.12/site-packages/pkg"
+    scenes = {
+        "small diff": _add_files(site, 3),
+        f"{files} files": _add_files(site, files),
+        "a deleted program": "rm /usr/bin/xargs",
+    }
+    timings: dict[str, dict[str, float]] = {}
     try:
-        for count in (3, files):
+        for scene, script in scenes.items():
             box = backend.start(ContainerSpec("python:3.12-slim", network="none"), task_id="b")
-            script = (
-                "d=/usr/local/lib/python3.11/site-packages/pkg && mkdir -p $d && cd $d &&"
-                f" i=0; while [ $i -lt {count} ]; do : > f$i.py; i=$((i+1)); done"
-            )
             box.exec_root(script, timeout_s=600)
             samples: dict[str, list[float]] = {way: [] for way in ways}
             for _ in range(5):
@@ -72,51 +84,45 @@ def report_ms(files: int) -> dict[str, tuple[float, float]]:
                     start = time.perf_counter()
                     call(box)
                     samples[way].append((time.perf_counter() - start) * 1000)
-            for way in ways:
-                timings[way].append(statistics.median(samples[way]))
+            timings[scene] = {way: statistics.median(samples[way]) for way in ways}
             box.remove()
     finally:
         remove_containers(client, owner=owner)
-    return {way: (small, big) for way, (small, big) in timings.items()}
+    return timings
+
+
+def _add_files(folder: str, count: int) -> str:
+    return (
+        f"mkdir -p {folder} && cd {folder} &&"
+        f" i=0; while [ $i -lt {count} ]; do : > f$i.py; i=$((i+1)); done"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--pause", type=float, default=1.0, help="seconds between fix and evaluate")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        tasks = ROOT / "examples" / "dataset" / "tasks"
-        shared, pristine = [], []
-        for half in range(2):  # alternate which mode runs first
-            first, second = ("shared", "pristine") if half == 0 else ("pristine", "shared")
-            for mode in (first, second):
-                env = {"HARBOR_OPENENV_PRISTINE_VERIFIER": TASK} if mode == "pristine" else {}
-                (pristine if mode == "pristine" else shared).extend(
-                    evaluates_ms(tasks, args.reps // 2 or 1, **env)
-                )
-        del tmp
+    tasks = ROOT / "examples" / "dataset" / "tasks"
+    shared, pristine = evaluates_ms(tasks, args.reps, args.pause)
     report = report_ms(args.files)
-    ratio = statistics.median(pristine) / statistics.median(shared)
-    print(f"evaluate, shared container: median {statistics.median(shared):.0f} ms")
+    base = statistics.median(shared)
+    ratio = statistics.median(pristine) / base
+    print(f"evaluate, shared container: median {base:.0f} ms")
     print(
         f"evaluate, pristine: median {statistics.median(pristine):.0f} ms = {ratio:.2f}x"
         f" (goal <= 1.5x: {'met' if ratio <= 1.5 else 'missed'})"
     )
-    trip = report["round trip"]
-    for way in ("keeper", "engine"):
-        small, big = report[way]
+    for scene, ways in report.items():
+        keeper, engine, trip = ways["keeper"], ways["engine"], ways["round trip"]
         print(
-            f"tamper report by the {way}, small diff: {small:.1f} ms"
-            f" ({small - trip[0]:.1f} ms past a keeper round trip of {trip[0]:.1f} ms;"
-            f" {small / statistics.median(shared):.1%} of a shared evaluate);"
-            f" {args.files} files: {big:.1f} ms"
+            f"tamper report, {scene}: {keeper:.1f} ms ({keeper - trip:.1f} ms past a keeper"
+            f" round trip of {trip:.1f} ms; {keeper / base:.1%} of a shared evaluate);"
+            f" the engine's diff alone: {engine:.1f} ms"
         )
-    keeper, engine = report["keeper"][0], report["engine"][0]
-    print(
-        f"keeper / engine, small diff: {keeper / engine:.3f}x"
-        f" (goal <= 5 ms: {'met' if keeper <= 5 else 'missed'})"
-    )
+    small = report["small diff"]["keeper"]
+    print(f"tamper report, small diff: goal <= 5 ms {'met' if small <= 5 else 'missed'}")
     return 0
 
 

@@ -22,6 +22,14 @@ CHECK = textwrap.dedent(
       "$(cat answer.txt 2>/dev/null)" /logs/verifier/reward.txt
     """
 )
+# The answer in /logs/artifacts, outside the workdir: it must travel to the fresh container.
+ARTIFACTS = textwrap.dedent(
+    """\
+    #!/bin/bash
+    [ "$(cat /logs/artifacts/out/answer.txt)" = 42 ] && echo 1 > /logs/verifier/reward.txt
+    [ -s /logs/verifier/reward.txt ] || echo 0 > /logs/verifier/reward.txt
+    """
+)
 FAKE_CAT = "#!/bin/sh\necho 42\n"
 PTH_HOOK = (
     "import atexit; atexit.register(lambda: open('/logs/verifier/reward.txt', 'w').write('1'))\n"
@@ -34,6 +42,7 @@ def tasks(tmp_path_factory):
     root = tmp_path_factory.mktemp("pristine") / "tasks"
     make_task(root, "grade", test_sh=CHECK)
     make_task(root, "grade-nobody", test_sh=CHECK, toml='\n[agent]\nuser = "nobody"\n')
+    make_task(root, "grade-artifacts", test_sh=ARTIFACTS)
     return root
 
 
@@ -114,3 +123,16 @@ def test_a_multi_step_task_grades_each_step_in_a_fresh_environment(docker_client
         info = last.observation.info
     assert (last.done, last.reward, info["verifier_environment"]) == (True, 1.0, "pristine")
     assert info["steps"][1]["metrics"] == {"reward": 1.0, "clean": 1.0}, info
+
+
+def test_the_agents_artifacts_reach_the_verifier_and_an_untouched_folder_is_left(srv):
+    """/logs/artifacts travels when the agent wrote it (1.0), in either mode; left as set-up made
+    it, the fresh container's own empty one stands (0.0, the verifier finds nothing)."""
+    with srv.client() as env:
+        env.reset(task_id="grade-artifacts")
+        env.exec("mkdir -p /logs/artifacts/out && echo 42 > /logs/artifacts/out/answer.txt")
+        written = env.evaluate()
+        env.reset(task_id="grade-artifacts")
+        untouched = env.evaluate()
+    assert (written.reward, written.observation.error) == (1.0, None), written.observation
+    assert (untouched.reward, untouched.observation.error) == (0.0, None), untouched.observation

@@ -376,3 +376,36 @@ def test_healthcheck_fails_after_its_retries_in_a_row_past_the_start_period():
         " (last output: 'connection refused')"
     )
     assert len(handler.calls) == 2
+
+
+def test_copy_tree_streams_a_folder_into_another_sandbox_within_its_budget():
+    source = MemorySandbox(Recorder(), files={"/app/a.txt": b"hi", "/app/d/b.txt": b"x" * 5000})
+    target = MemorySandbox(Recorder())
+    assert source.copy_tree("/app", target, budget=1 << 20)
+    assert target.files == {"/app/a.txt": b"hi", "/app/d/b.txt": b"x" * 5000}
+    assert not source.copy_tree("/gone", target, budget=1 << 20)
+    with pytest.raises(TooLargeError, match="/app is over 4096 bytes"):
+        source.copy_tree("/app", MemorySandbox(Recorder()), budget=4096)
+
+
+class Stamped(MemorySandbox):
+    """A sandbox whose engine reads /logs/artifacts' modification time from ``mtime``."""
+
+    mtime: str | None = "t0"
+
+    def engine_mtime(self, path: str) -> str | None:
+        return self.mtime if path == "/logs/artifacts" else None
+
+
+def test_artifacts_are_untouched_while_their_folders_mtime_is_set_ups():
+    empty = Stamped(Recorder(ExecResult(0, "/app\n/app\nempty\n")))
+    empty.prepare(None)
+    assert empty.artifacts_untouched()
+    empty.mtime = "t1"  # an entry was added, removed or renamed there
+    assert not empty.artifacts_untouched()
+    held = Stamped(Recorder(ExecResult(0, "/app\n/app\n")))  # the image brought files there
+    held.prepare(None)
+    assert not held.artifacts_untouched()
+    plain = MemorySandbox(Recorder(ExecResult(0, "/app\n/app\nempty\n")))
+    plain.prepare(None)
+    assert not plain.artifacts_untouched()  # a backend that cannot tell

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from harbor_openenv.episode.tamper import classify, skipped
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harbor_openenv.episode.tamper import DELETED, classify, hides_deletions, skipped
 from harbor_openenv.sandbox.base import _unescape
 
 
@@ -55,3 +58,81 @@ def test_the_keepers_walk_skips_what_is_never_counted():
 def test_the_keepers_paths_are_unescaped():
     assert _unescape("/usr/bin/a\\040b\\012c\\134") == "/usr/bin/a b\nc\\"
     assert _unescape("/x\\377") == "/x\ufffd"
+
+
+# A path in each class where a deletion can change what the verifier runs or loads.
+DELETABLE = {
+    "executables": ["/usr/bin/python3", "/bin/cat", "/usr/local/sbin/x"],
+    "libraries": [
+        "/etc/ld.so.cache",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/python3.11/json",
+        "/usr/local/lib/python3.11/site-packages/pytest",  # so a workdir pytest.py wins
+    ],
+    "interpreter_hooks": ["/usr/lib/python3/dist-packages/distutils-precedence.pth"],
+    "pytest": ["/usr/lib/python3/dist-packages/pytest_timeout.py", "/root/conftest.py"],
+    "shell_startup": ["/etc/profile", "/root/.bashrc", "/etc/profile.d/a.sh"],
+}
+
+
+def test_deletions_are_reported_apart_in_the_same_classes():
+    changes = [(path, DELETED) for paths in DELETABLE.values() for path in paths]
+    report = classify([*changes, ("/usr/bin", 0), ("/app/x", DELETED)], "/app")
+    assert report.counts == {}  # nothing written
+    assert report.deleted == {name: len(paths) for name, paths in DELETABLE.items()}
+    assert report.suspect and report.info()["deleted"]["paths"]["executables"] == sorted(
+        DELETABLE["executables"]
+    )
+
+
+def test_an_upgrades_deletions_in_site_packages_are_an_install():
+    site = "/usr/local/lib/python3.11/site-packages"
+    upgrade = [(f"{site}/six-1.0.dist-info", DELETED), (f"{site}/six-2.0.dist-info", 1)]
+    report = classify([*upgrade, (f"{site}/six-2.0.dist-info/RECORD", 1)], "/app")
+    assert (report.deleted, report.suspect) == ({"installs": 1}, False)
+
+
+SITE = "/usr/local/lib/python3.11/site-packages"
+PLACES = {  # where a deleted name counts, and its class
+    "executables": ["/usr/local/bin/{}", "/usr/bin/{}", "/bin/{}", "/usr/sbin/{}"],
+    "libraries": [
+        "/usr/lib/x86_64-linux-gnu/lib{}.so.1",
+        "/usr/lib/python3.11/{}.py",
+        SITE + "/{}",
+    ],
+    "interpreter_hooks": [SITE + "/{}.pth", "/usr/lib/python3/dist-packages/{}.pth"],
+    "pytest": [SITE + "/pytest_{}.py", "/opt/{}/conftest.py"],
+    "shell_startup": ["/home/{}/.bashrc", "/etc/profile.d/{}.sh"],
+}
+
+
+@given(
+    st.sampled_from(sorted(PLACES)).flatmap(
+        lambda name: st.tuples(st.just(name), st.sampled_from(PLACES[name]))
+    ),
+    st.text("abcxyz_-", min_size=1, max_size=8),
+)
+def test_a_deletion_is_seen_and_reported_in_its_class(place, name):
+    """Any deleted name in a class's place: the keeper's view of it (its folder changed,
+    nothing in it) sends the report to the engine's list, whose deletion is reported apart in
+    that class, and the report is suspect (a site-packages module removed outright: a library)."""
+    kind, pattern = place
+    path = pattern.format(name)
+    folder = path.rsplit("/", 1)[0]
+    if not path.startswith("/opt/"):  # a conftest.py elsewhere: only the engine's list shows it
+        assert hides_deletions([(folder, 0)], "/app"), path
+    report = classify([(folder, 0), (path, DELETED)], "/app")
+    assert (report.deleted, report.counts, report.suspect) == ({kind: 1}, {}, True), path
+
+
+def test_the_keepers_list_shows_where_a_deletion_hides():
+    """The keeper's walk names the folder a deleted entry left (changed, nothing in it
+    changed): where an entry of it would count, the engine's list is asked for what went."""
+    site = "/usr/local/lib/python3.11/site-packages"
+    for folder in ("/usr/bin", "/etc", "/root", site, "/usr/lib/python3.11", f"{site}/pytest"):
+        assert hides_deletions([("/usr", 0), (folder, 0)], "/app"), folder
+    install = [(site, 0), (f"{site}/pkg", 0), (f"{site}/pkg/a.py", 0), (f"{site}/p.dist-info", 0)]
+    install += [(f"{site}/p.dist-info/RECORD", 0), ("/usr/local/bin/p", 1)]
+    assert not hides_deletions(install, "/app")  # an install's files are not folders it left
+    assert not hides_deletions([("/var/log", 0), ("/app", 0), ("/opt/x", 0)], "/app")
+    assert not hides_deletions([("/usr/bin", 0), ("/usr/bin/xargs", DELETED)], "/app")

@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import IO
 
-from harbor_openenv.sandbox import Sandbox, TooLargeError
+from harbor_openenv.sandbox import LOGS_ARTIFACTS, Sandbox, TooLargeError
 from harbor_openenv.tasks.config import ArtifactConfig
-
-LOGS_ARTIFACTS = "/logs/artifacts"  # made in every environment (sandbox/scripts/setup.sh)
 
 
 @dataclass(frozen=True)

@@ -403,8 +403,10 @@ class Episode:
 
     def _changes(self) -> list[tuple[str, int]] | None:
         """What the agent's environment changed since its baseline (the keeper's walk, else the
-        engine's list), with a branch's parent's changes before the fork."""
-        changes = self.sandbox.changes_since_mark(tamper.skipped(self.sandbox.workdir))
+        engine's list; the engine's deletions too where the walk shows a folder an entry may have
+        left, :func:`.tamper.hides_deletions`), with a branch's parent's changes before the
+        fork."""
+        changes = tamper.changes(self.sandbox)
         if changes is not None and self.inherited is not None:
             changes = merge_changes(self.inherited, changes)
         return changes
@@ -422,6 +424,9 @@ class Episode:
         for kind, count in report.counts.items():
             if count:
                 self.runtime.metrics.tamper.labels(kind).inc()
+        for kind, count in report.deleted.items():
+            if count:
+                self.runtime.metrics.tamper.labels(f"{kind}_deleted").inc()
         return report.info()
 
     def _finish_step(

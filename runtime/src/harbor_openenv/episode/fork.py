@@ -58,10 +58,14 @@ def merge_changes(
     before: list[tuple[str, int]], after: list[tuple[str, int]]
 ) -> list[tuple[str, int]]:
     """The engine's change lists of a container and of its fork's (``after``, against the
-    committed image) as one list against the original image: a path added before stays added."""
+    committed image) as one list against the original image: a path added before stays added,
+    and one added before and deleted after was never there."""
     merged = dict(before)
     for path, kind in after:
-        merged[path] = 1 if kind == 0 and merged.get(path) == 1 else kind
+        if kind == 2 and merged.get(path) == 1:
+            del merged[path]
+        else:
+            merged[path] = 1 if kind == 0 and merged.get(path) == 1 else kind
     return sorted(merged.items())
 
 

@@ -14,7 +14,6 @@ import contextlib
 import functools
 import json
 import posixpath
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,8 +21,14 @@ from pathlib import Path
 
 from harbor_openenv.episode import artifacts
 from harbor_openenv.helper import contract
-from harbor_openenv.sandbox import EngineRead, Sandbox, SandboxError, TooLargeError
-from harbor_openenv.tasks.config import StepConfig, artifact_entries
+from harbor_openenv.sandbox import (
+    LOGS_ARTIFACTS,
+    EngineRead,
+    Sandbox,
+    SandboxError,
+    TooLargeError,
+)
+from harbor_openenv.tasks.config import ArtifactConfig, StepConfig, artifact_entries
 from harbor_openenv.tasks.reward import (
     REWARD_DETAILS,
     REWARD_FILES,
@@ -86,6 +91,7 @@ class Verifier:
         *,
         bundled: bool = False,
         alongside: Callable[[], object] | None = None,
+        ready: bool = False,
     ) -> Verdict:
         """Stop every process the agent (or an earlier verifier) started and hand a fresh
         /logs/verifier to the verifier's user, with the runtime's helper; stage the tests unless
@@ -93,20 +99,21 @@ class Verifier:
         the reward files and the output's tail through the engine, in one read of the folder.
         ``alongside``: work on the stopped environment (the tamper report, a pristine
         environment's copy of the agent's files), done on a thread of its own while the tests
-        are staged and finished before test.sh starts."""
+        are staged and finished before test.sh starts. ``ready``: :func:`ready_pristine` did the
+        stop and the staging (nothing ran there since)."""
         task, step = self.task, self.step
-        present = [] if bundled else test_folders(task, step)
+        present = [] if bundled or ready else test_folders(task, step)
         table = step.verifier if step else task.config.verifier
-        user = table.user if table.user is not None else task.config.verifier.user
-        owner = sandbox.default_user if user is None else str(user)
-        sandbox.stop_processes(
-            prepare=(
-                owner,
-                VERIFIER_DIR,
-                TESTS_DIR,
-                contract.PREPARE_STAGE if present else contract.PREPARE_KEEP,
+        user = verifier_user(task, step)
+        if not ready:
+            sandbox.stop_processes(
+                prepare=(
+                    sandbox.default_user if user is None else user,
+                    VERIFIER_DIR,
+                    TESTS_DIR,
+                    contract.PREPARE_STAGE if present else contract.PREPARE_KEEP,
+                )
             )
-        )
 
         with ThreadPoolExecutor(1, thread_name_prefix="harbor-openenv-alongside") as pool:
             beside = pool.submit(alongside) if alongside is not None else None
@@ -121,7 +128,7 @@ class Verifier:
                 f"(/tests/test.sh) > {VERIFIER_DIR}/{_TEST_STDOUT} 2>&1",
                 timeout_s=table.timeout_sec,
                 max_output=TAIL,
-                user=None if user is None else str(user),
+                user=user,
                 env=self.env,
                 # staged while the engine starts the shell
                 after=stage if present or beside is not None else None,
@@ -149,44 +156,68 @@ class Verifier:
         discard: Callable[[Sandbox], None] = Sandbox.remove,
     ) -> Verdict:
         """Stop the agent; run ``alongside`` on its stopped environment while its artifacts are
-        copied out (and, with ``workdir``, its working directory, owners, modes and links as they
-        are); remove it when this is the ``last`` grading of the episode; start the verifier's
-        own environment with ``start`` (with ``workdir``, one :func:`ready_pristine` readied),
-        put them there (with ``workdir``, side by side, while the engine starts the verifier's
-        shell) and verify; ``discard`` removes that environment after."""
+        copied out; remove it when this is the ``last`` grading of the episode; start the
+        verifier's own environment with ``start``, put them there and verify; ``discard`` removes
+        that environment after. With ``workdir`` the grading is the pristine verifier's
+        (:meth:`_verify_pristine`)."""
         agent.stop_processes()
         entries = artifact_entries(self.task.config, self.step)
-        with contextlib.ExitStack() as cleanup:
-            pool = cleanup.enter_context(ThreadPoolExecutor(2, thread_name_prefix="harbor-openenv"))
-            beside = pool.submit(alongside) if alongside is not None else None
-            tree = cleanup.enter_context(tempfile.TemporaryFile()) if workdir else None
-            exported = (
-                pool.submit(agent.export_tree, agent.workdir, tree, budget=max_artifact_bytes)
-                if tree is not None
-                else None
+        if workdir:
+            return self._verify_pristine(
+                agent, start, entries, max_artifact_bytes, alongside, discard
             )
+        with contextlib.ExitStack() as cleanup:
+            pool = cleanup.enter_context(ThreadPoolExecutor(1, thread_name_prefix="harbor-openenv"))
+            beside = pool.submit(alongside) if alongside is not None else None
             collected = artifacts.collect(agent, entries, limit=max_artifact_bytes)
             cleanup.callback(artifacts.close, collected)
-            if exported is not None and not exported.result():
-                raise SandboxError(f"the working directory {agent.workdir} is gone")
             if beside is not None:
                 beside.result()
             if last:
                 agent.remove()
             sandbox = start()
             cleanup.callback(discard, sandbox)
-            if tree is None:
-                artifacts.restore(sandbox, collected)
-                return self.verify(sandbox, bundled=self.bundled)
+            artifacts.restore(sandbox, collected)
+            return self.verify(sandbox, bundled=self.bundled)
 
-            def copy_in() -> None:  # while the engine starts the verifier's shell
-                assert tree is not None
-                tree.seek(0)
-                copied = pool.submit(sandbox.upload, posixpath.dirname(agent.workdir) or "/", tree)
-                artifacts.restore(sandbox, collected, made=True)
-                copied.result()
+    def _verify_pristine(
+        self,
+        agent: Sandbox,
+        start: Callable[[], Sandbox],
+        entries: list[ArtifactConfig],
+        budget: int,
+        alongside: Callable[[], object] | None,
+        discard: Callable[[Sandbox], None],
+    ) -> Verdict:
+        """Grade in the environment ``start`` gives (one :func:`ready_pristine` readied; the
+        agent's goes on). While the engine starts the verifier's shell there: ``alongside`` on the
+        agent's, its working directory streamed straight across, engine to engine, as it is
+        (owners, modes, links; :meth:`Sandbox.copy_tree`), and the artifacts outside it copied
+        (those inside travel with it; an empty ``/logs/artifacts`` the agent never wrote is not
+        read: :meth:`Sandbox.artifacts_untouched`)."""
+        outside = _outside(entries, agent.workdir)
+        sandbox = start()
 
-            return self.verify(sandbox, bundled=True, alongside=copy_in)
+        def copy_in() -> None:
+            with ThreadPoolExecutor(2, thread_name_prefix="harbor-openenv-copy") as pool:
+                beside = pool.submit(alongside) if alongside is not None else None
+                tree = pool.submit(agent.copy_tree, agent.workdir, sandbox, budget=budget)
+                unread = agent.artifacts_untouched()  # the fresh environment's empty one stands
+                wanted = [e for e in outside if not (unread and _is_logs(e, agent.workdir))]
+                collected = artifacts.collect(agent, wanted, limit=budget)
+                try:
+                    artifacts.restore(sandbox, collected, made=True)
+                finally:
+                    artifacts.close(collected)
+                if not tree.result():
+                    raise SandboxError(f"the working directory {agent.workdir} is gone")
+                if beside is not None:
+                    beside.result()
+
+        try:
+            return self.verify(sandbox, alongside=copy_in, ready=True)
+        finally:
+            discard(sandbox)
 
 
 def test_folders(task: Task, step: StepConfig | None) -> list[Path]:
@@ -195,22 +226,49 @@ def test_folders(task: Task, step: StepConfig | None) -> list[Path]:
     return [folder for folder in folders if folder.is_dir()]
 
 
+def verifier_user(task: Task, step: StepConfig | None) -> str | None:
+    """The user test.sh runs as (the step's ``[verifier].user``, else the task's; None: the
+    environment's own)."""
+    table = step.verifier if step else task.config.verifier
+    user = table.user if table.user is not None else task.config.verifier.user
+    return None if user is None else str(user)
+
+
 def ready_pristine(sandbox: Sandbox, task: Task, step: StepConfig | None, workdir: str) -> Sandbox:
     """Ready a fresh environment of the task's image to grade ``step`` ahead of the grading: the
-    working directory emptied (the agent's takes its place), the artifacts' parent folders made
-    and the tests staged, so the grading only copies the agent's files in."""
-    entries = artifact_entries(task.config, step)
+    working directory emptied (the agent's takes its place), the parent folders of the artifacts
+    outside it made, the stop before grading done (nothing of the agent's runs there: the
+    verifier's folders are prepared) and the tests staged, so the grading only copies the
+    agent's files in and runs test.sh (``Verifier.verify(ready=True)``)."""
+    entries = _outside(artifact_entries(task.config, step), workdir)
     paths = [posixpath.normpath(posixpath.join(workdir, entry.source)) for entry in entries]
     made = sandbox.exec_root(
-        f'w=$1; shift; rm -rf -- "$w" {TESTS_DIR} && mkdir -p -- "$w" {TESTS_DIR} "$@"',
+        'w=$1; shift; rm -rf -- "$w" && mkdir -p -- "$w" "$@"',
         workdir,
         *[posixpath.dirname(path) or "/" for path in paths],
     )
     if made.exit_code != 0:
         raise SandboxError(f"cannot ready the pristine environment: {made.output.strip()}")
+    user = verifier_user(task, step)
+    owner = sandbox.default_user if user is None else user
+    sandbox.stop_processes(prepare=(owner, VERIFIER_DIR, TESTS_DIR, contract.PREPARE_STAGE))
     for folder in test_folders(task, step):
         sandbox.put_dir(folder, TESTS_DIR, prepared=True, executable="test.sh")
     return sandbox
+
+
+def _outside(entries: list[ArtifactConfig], workdir: str) -> list[ArtifactConfig]:
+    """The artifact entries whose path is outside ``workdir`` (relative sources are inside)."""
+    root = workdir.rstrip("/") + "/"
+    return [
+        entry
+        for entry in entries
+        if not (posixpath.normpath(posixpath.join(workdir, entry.source)) + "/").startswith(root)
+    ]
+
+
+def _is_logs(entry: ArtifactConfig, workdir: str) -> bool:
+    return posixpath.normpath(posixpath.join(workdir, entry.source)) == LOGS_ARTIFACTS
 
 
 def _reward_files(found: dict[str, EngineRead]) -> dict[str, bytes]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .base import EngineRead, Sandbox
+from .base import LOGS_ARTIFACTS, EngineRead, Sandbox
 from .errors import PathEscapeError, SandboxError, TooLargeError
 from .files import resolve_within
 from .result import ExecResult
@@ -52,6 +52,7 @@ __all__ = [
     "LABEL_FORK",
     "LABEL_OWNER",
     "LABEL_TASK",
+    "LOGS_ARTIFACTS",
     "ComposeSandbox",
     "DockerSandbox",
     "EngineRead",

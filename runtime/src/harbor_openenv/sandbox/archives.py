@@ -6,7 +6,10 @@ import io
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 from .errors import SandboxError, TooLargeError
 
@@ -103,14 +106,37 @@ def copy_regular(stream: IO[bytes], target: IO[bytes], *, path: str, budget: int
             copy.addfile(member, source.extractfile(member) if member.isfile() else None)
 
 
-def copy_bounded(stream: IO[bytes], target: IO[bytes], *, path: str, budget: int) -> None:
-    """Copy a tar stream of ``path`` into ``target`` byte for byte; :class:`TooLargeError` once
-    it passes ``budget`` bytes."""
-    copied = 0
-    while chunk := stream.read(1 << 16):
-        copied += len(chunk)
-        if copied > budget:
-            raise TooLargeError(
-                f"{path} is over {budget} bytes (HARBOR_OPENENV_MAX_ARTIFACT_BYTES)"
+class Bounded(io.RawIOBase):
+    """A tar stream of ``path`` read through, for another sandbox's upload to consume, that ends
+    early once it passes ``budget`` bytes or its source fails; :meth:`check` then raises why
+    (:class:`TooLargeError`, or the source's error), after the upload that read it."""
+
+    def __init__(self, stream: IO[bytes], *, path: str, budget: int) -> None:
+        self._stream, self._path, self._budget, self._read = stream, path, budget, 0
+        self._error: Exception | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: WriteableBuffer) -> int:
+        if self._error is not None:
+            return 0
+        view = memoryview(target).cast("B")
+        try:
+            chunk = self._stream.read(len(view))
+        except Exception as exc:  # raised by check(), once the upload is done
+            self._error = exc
+            return 0
+        self._read += len(chunk)
+        if self._read > self._budget:
+            self._error = TooLargeError(
+                f"{self._path} is over {self._budget} bytes (HARBOR_OPENENV_MAX_ARTIFACT_BYTES)"
             )
-        target.write(chunk)
+            return 0
+        view[: len(chunk)] = chunk
+        return len(chunk)
+
+    def check(self) -> None:
+        """Raise what ended the stream early, if anything did."""
+        if self._error is not None:
+            raise self._error

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Protocol, cast
 
 from harbor_openenv import helper
 from harbor_openenv.helper import contract
@@ -46,6 +46,7 @@ from .result import ExecResult
 KEEPER_ENTRYPOINT = (helper.HELPER, contract.COMMAND_KEEP)
 KEEPALIVE = (helper.HELPER, contract.COMMAND_IDLE)
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
+LOGS_ARTIFACTS = "/logs/artifacts"  # made by setup.sh in every environment; artifacts travel
 TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
 FOLDER_SKIP_BYTES = 1 << 20  # what a folder read streams through besides the files it keeps
 # Prepare arguments for the helper: the verifier's user, its output folder, the tests folder and
@@ -138,6 +139,7 @@ class Sandbox(AgentFiles):
         self.default_user = ""  # the environment's own user (its image's USER), "" for root
         self.exceeded: str | None = None  # why the disk guard ended the episode, if it did
         self._real_workdir = "/"  # resolved once by prepare, before the agent can move things
+        self._artifacts_mtime: str | None = None  # an empty /logs/artifacts' mtime at prepare
         self._baseline = ""  # the keeper's last baseline, as it answered (see mark_baseline)
         self._stopping = threading.Lock()  # one request to the keeper at a time
         self._marked = False  # a baseline was taken: every command from now on is untrusted
@@ -211,6 +213,11 @@ class Sandbox(AgentFiles):
             found.append((_unescape(path), kinds.get(kind, 0)))
         return found
 
+    def engine_mtime(self, path: str) -> str | None:
+        """The modification time of ``path`` as the engine reads it (one stat, no program of the
+        sandbox), None when absent or where the backend cannot tell."""
+        return None
+
     def commit(self, labels: Mapping[str, str]) -> str:
         """Commit the environment's filesystem to a new image labelled ``labels`` (processes are
         not carried) that starts as the environment's own image does; its id. Raises
@@ -254,10 +261,19 @@ class Sandbox(AgentFiles):
         setup = self.exec_root(load_script("setup"), workdir=workdir or "")
         if setup.exit_code != 0:
             raise SandboxError(f"preparing the container failed: {setup.output.strip()}")
-        lines = [*setup.output.splitlines(), "", ""]
+        lines = [*setup.output.splitlines(), "", "", ""]
         self.workdir = posixpath.normpath(workdir or lines[0])
         self._real_workdir = lines[1]
+        self._artifacts_mtime = self.engine_mtime(LOGS_ARTIFACTS) if lines[2] == "empty" else None
         self.mark_baseline()
+
+    def artifacts_untouched(self) -> bool:
+        """Whether ``/logs/artifacts`` is surely still as prepare found it, empty: its
+        modification time, as the engine reads it, is the one it had then (an entry added, removed
+        or renamed in it sets that time). Only the agent can set it back, and it then only hides
+        its own artifacts; False where the backend cannot tell."""
+        mark = self._artifacts_mtime
+        return mark is not None and self.engine_mtime(LOGS_ARTIFACTS) == mark
 
     def exec(
         self,
@@ -508,13 +524,21 @@ class Sandbox(AgentFiles):
             archives.copy_regular(found.stream, target, path=path, budget=budget)
         return True
 
-    def export_tree(self, path: str, target: IO[bytes], *, budget: int) -> bool:
-        """Stream the engine's tar of the folder ``path`` into ``target`` as it is (owners, modes,
-        links), False when absent; :class:`TooLargeError` past ``budget`` bytes of archive."""
+    def copy_tree(self, path: str, target: Sandbox, *, budget: int) -> bool:
+        """Stream the engine's tar of the folder ``path`` as it is (owners, modes, links) straight
+        into ``target``'s engine, unpacked at the same path (no copy on the server's disk); False
+        when absent. :class:`TooLargeError` past ``budget`` bytes of archive (what arrived by
+        then stays: the caller discards ``target``)."""
         with self.download(path) as found:
             if found is None:
                 return False
-            archives.copy_bounded(found.stream, target, path=path, budget=budget)
+            stream = archives.Bounded(found.stream, path=path, budget=budget)
+            try:
+                target.upload(posixpath.dirname(path) or "/", cast(IO[bytes], stream))
+            except Exception:
+                stream.check()  # a cut stream's own reason first (an upload fails on it)
+                raise
+            stream.check()
         return True
 
 

@@ -362,6 +362,20 @@ class DockerSandbox(Sandbox):
                 f"writing to {destination} failed: {exc.explanation or exc}"
             ) from None
 
+    def engine_mtime(self, path: str) -> str | None:
+        """The stat header of ``HEAD /containers/{id}/archive``: nothing is archived."""
+        api = _private_api(self._client)
+        url = api._url("/containers/{0}/archive", self.container.id)
+        try:
+            response = api.head(url, params={"path": path}, timeout=api.timeout)
+        except requests.RequestException:
+            return None
+        with response:
+            if response.status_code != 200:
+                return None
+            mtime = _archive_stat(response).get("mtime")
+        return str(mtime) if mtime else None
+
     @contextlib.contextmanager
     def download(self, path: str) -> Iterator[Archive | None]:
         """The engine's archive of ``path``; its size comes from the stat header."""
