@@ -79,18 +79,20 @@ class CheckResult:
 
 
 def tamper_of(info: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
-    """An episode's tamper reports (a multi-step task's per step) added up: the count per class,
-    and the first suspect paths."""
+    """An episode's tamper reports (a multi-step task's per step) added up: the count per class
+    (``CLASS_deleted`` for deleted paths), and the first suspect paths."""
     from harbor_openenv.episode import tamper
 
-    reports = [step.get("tamper") for step in info.get("steps") or [info]]
     counts: dict[str, int] = {}
     suspect: list[str] = []
-    for report in reports:
-        for name, count in ((report or {}).get("counts") or {}).items():
-            counts[name] = counts.get(name, 0) + count
-            if name in tamper.SUSPECT:
-                suspect += (report or {}).get("paths", {}).get(name, [])
+    for step in info.get("steps") or [info]:
+        report = step.get("tamper") or {}
+        # Deleted paths count apart, as the metric's ``CLASS_deleted`` kinds do.
+        for part, suffix in ((report, ""), (report.get("deleted") or {}, "_deleted")):
+            for name, count in (part.get("counts") or {}).items():
+                counts[name + suffix] = counts.get(name + suffix, 0) + count
+                if name in tamper.SUSPECT and count:
+                    suspect += (part.get("paths") or {}).get(name, [])
     return counts, list(dict.fromkeys(suspect))[: tamper.SHOWN]
 
 
