@@ -67,7 +67,7 @@ def test_episodes_go_to_the_least_busy_engine_ties_in_listed_order():
     leases[1].release()  # once only
     assert engines.lease().engine.url == URLS[1]
     assert [s.episodes for s in engines.statuses()] == [2, 1, 1]
-    assert leases[0].parts == f"parts of {URLS[0]}"
+    assert leases[0].engine.parts == f"parts of {URLS[0]}"
 
 
 def test_an_engine_that_fails_is_taken_out_its_episodes_lost_and_probed_back():

@@ -110,11 +110,6 @@ class Lease(Generic[T]):
         self.engines, self.engine, self.generation = engines, engine, engine.generation
         self._released = False
 
-    @property
-    def parts(self) -> T:
-        assert self.engine.parts is not None
-        return self.engine.parts
-
     def lost(self, *, check: bool = False) -> str | None:
         """Why the episode has ended with its engine (None: the engine still holds it);
         ``check``: ping the engine first."""
