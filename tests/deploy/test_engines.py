@@ -1,0 +1,152 @@
+"""One server, two engines (``HARBOR_OPENENV_DOCKER_HOSTS``): two extra ``dockerd``'s, one
+reached by TCP with TLS (its certificates given as contents), one by its unix socket, and a
+server with no socket of the machine's engine (tests/support/_remote.py). Episodes land on both
+(each engine's containers, by label) and score 1.0 after an agent's fix; one engine stopped
+mid-episode ends that episode with an error naming it (no reward) while the other keeps serving,
+``/ready`` and ``/metrics`` show it down; restarted, it comes back swept of the server's
+containers; after the server stops nothing of it is left on either engine.
+
+Run with ``-s`` for the durations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _engines import Engine, EngineError
+from _remote import NO_SOCKET, remote_engine, remote_env
+from _server import ROOT, Server, runtime_containers, wait_until
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
+
+EXAMPLES = ROOT / "examples" / "dataset" / "tasks"
+FIX_SUM = "sed -i 's/range(1, len(numbers))/range(len(numbers))/' sum_utils.py"
+
+
+@pytest.fixture(scope="module")
+def pair(docker_client) -> Iterator[tuple[Engine, Engine]]:
+    """Two engines with the base images: ``tls`` (tcp:// with TLS) and ``local`` (unix://)."""
+    try:
+        with (
+            remote_engine(docker_client, "tls") as tls,
+            remote_engine(docker_client, "local") as local,
+        ):
+            yield tls, local
+    except EngineError as exc:
+        pytest.fail(str(exc))
+
+
+def _secrets(engine: Engine) -> dict[str, str]:
+    folder = Path(engine.tls_env["DOCKER_CERT_PATH"])
+    names = {"CA": "ca.pem", "CERT": "cert.pem", "KEY": "key.pem"}
+    return {f"HARBOR_OPENENV_DOCKER_TLS_{k}": (folder / v).read_text() for k, v in names.items()}
+
+
+@pytest.fixture(scope="module")
+def srv(pair, docker_client, tmp_path_factory) -> Iterator[Server]:
+    tls, local = pair
+    started = time.perf_counter()
+    server = Server(
+        EXAMPLES,
+        prefix=NO_SOCKET,
+        HARBOR_OPENENV_MAX_SESSIONS="6",
+        HARBOR_OPENENV_DOCKER_HOSTS=f"{tls.tcp},{local.host}",
+        HARBOR_OPENENV_ENGINE_PROBE_S="1",
+        TMPDIR=str(tmp_path_factory.mktemp("engines-tmp")),
+        **remote_env(_secrets(tls)),
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+        print(f"\nthe server's whole run took {time.perf_counter() - started:.1f} s")
+        for engine in pair:
+            assert engine.client is not None, f"{engine.name} is not running"
+            assert runtime_containers(engine.client) == [], (engine.name, server.output)
+            assert engine.client.volumes.list(filters={"label": "harbor-openenv"}) == []
+        assert runtime_containers(docker_client, server.owner_prefix) == []
+
+
+def _on(engine: Engine, srv: Server) -> int:
+    assert engine.client is not None
+    return len(runtime_containers(engine.client, srv.owner_prefix))
+
+
+def _get(srv: Server, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(srv.url + path, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _fix(env: Any, task: str) -> None:
+    if task == "fix-sum-bug":
+        assert env.exec(FIX_SUM).observation.exit_code == 0
+    else:
+        assert env.write("/app/hello.txt", "Hello, world!\n").observation.error is None
+
+
+def test_episodes_spread_over_both_engines_and_score_1(srv, pair):
+    tls, local = pair
+    tasks = ["fix-sum-bug", "hello-world", "hello-world", "fix-sum-bug"]
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        envs = [stack.enter_context(srv.client()) for _ in tasks]
+        for env, task in zip(envs, tasks, strict=True):  # least busy first: tls, local, tls, local
+            assert env.reset(task_id=task).observation.error is None
+        assert (_on(tls, srv), _on(local, srv)) == (2, 2)
+        for env, task in zip(envs, tasks, strict=True):
+            _fix(env, task)
+            result = env.evaluate()
+            assert (result.reward, result.observation.error) == (1.0, None), result.observation
+    print(
+        f"\n4 episodes on two engines, images built on each: {time.perf_counter() - started:.1f} s"
+    )
+
+
+def test_losing_an_engine_ends_its_episode_and_the_other_keeps_serving(srv, pair):
+    tls, local = pair
+    with srv.client() as doomed, srv.client() as kept:
+        assert doomed.reset(task_id="fix-sum-bug").observation.error is None  # tls: listed first
+        assert kept.reset(task_id="fix-sum-bug").observation.error is None
+        assert (_on(tls, srv), _on(local, srv)) == (1, 1)
+        stopped = time.perf_counter()
+        tls.stop_daemon()
+        answer = doomed.exec("echo still here").observation
+        print(
+            f"\nthe step after the engine stopped answered in {time.perf_counter() - stopped:.1f} s"
+        )
+        assert answer.done and answer.reward is None, answer
+        assert answer.error.startswith(
+            f"the Docker engine {tls.tcp} went down ([Errno 111] Connection refused): this"
+            " episode has ended"
+        ), answer.error
+        _fix(kept, "fix-sum-bug")
+        result = kept.evaluate()
+        assert (result.reward, result.observation.error) == (1.0, None), result.observation
+    with srv.client() as env:  # new resets go to the engine that is up
+        assert env.reset(task_id="hello-world").observation.error is None
+        assert _on(local, srv) >= 1
+        _fix(env, "hello-world")
+        assert env.evaluate().reward == 1.0
+    status, body = _get(srv, "/ready")
+    assert status == 200 and f'"engine":"{tls.tcp}","up":false' in body, body
+    _, metrics = _get(srv, "/metrics")
+    assert f'harbor_openenv_engine_up{{engine="{tls.tcp}"}} 0.0' in metrics
+    assert f'harbor_openenv_engine_up{{engine="{local.host}"}} 1.0' in metrics
+    # Back: the prober reconnects it, the server's containers from before are swept.
+    tls.start_daemon()
+    assert wait_until(lambda: f'"engine":"{tls.tcp}","up":true' in _get(srv, "/ready")[1], 30)
+    assert _on(tls, srv) == 0
+    with srv.client() as env:  # the least busy again (a tie, listed first)
+        assert env.reset(task_id="hello-world").observation.error is None
+        assert _on(tls, srv) == 1
+    assert re.search(r'"engines":\[\{[^]]*"up":true[^]]*"up":true', _get(srv, "/ready")[1])
