@@ -1,10 +1,11 @@
 """One server, two engines (``HARBOR_OPENENV_DOCKER_HOSTS``): two extra ``dockerd``'s, one
-reached by TCP with TLS (its certificates given as contents), one by its unix socket, and a
+reached by TCP with TLS (its certificates given as contents), one by SSH (a local sshd), and a
 server with no socket of the machine's engine (tests/support/_remote.py). Episodes land on both
-(each engine's containers, by label) and score 1.0 after an agent's fix; one engine stopped
-mid-episode ends that episode with an error naming it (no reward) while the other keeps serving,
-``/ready`` and ``/metrics`` show it down; restarted, it comes back swept of the server's
-containers; after the server stops nothing of it is left on either engine.
+(each engine's containers, by label), a compose task's on each (the compose CLI pointed at its
+episode's engine), and score 1.0 after an agent's fix (the compose task: its oracle); one engine
+stopped mid-episode ends that episode with an error naming it (no reward) while the other keeps
+serving, ``/ready`` and ``/metrics`` show it down; restarted, it comes back swept of the
+server's containers; after the server stops nothing of it is left on either engine.
 
 Run with ``-s`` for the durations.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -23,24 +25,40 @@ import pytest
 from _engines import Engine, EngineError
 from _remote import NO_SOCKET, remote_engine, remote_env
 from _server import ROOT, Server, runtime_containers, wait_until
+from _sshd import SshdError, serve_sshd
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
 EXAMPLES = ROOT / "examples" / "dataset" / "tasks"
+COMPOSE = ROOT / "tests" / "fixtures" / "format" / "compose"
 FIX_SUM = "sed -i 's/range(1, len(numbers))/range(len(numbers))/' sum_utils.py"
 
 
 @pytest.fixture(scope="module")
 def pair(docker_client) -> Iterator[tuple[Engine, Engine]]:
-    """Two engines with the base images: ``tls`` (tcp:// with TLS) and ``local`` (unix://)."""
+    """Two engines with the base images: ``tls`` (tcp:// with TLS) and ``far`` (by SSH)."""
     try:
-        with (
-            remote_engine(docker_client, "tls") as tls,
-            remote_engine(docker_client, "local") as local,
-        ):
-            yield tls, local
+        with remote_engine(docker_client, "tls") as tls, remote_engine(docker_client, "far") as far:
+            yield tls, far
     except EngineError as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module")
+def ssh_env(pair) -> Iterator[dict[str, str]]:
+    try:
+        with serve_sshd(pair[1].host) as env:
+            yield env
+    except SshdError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("engines") / "tasks"
+    shutil.copytree(EXAMPLES, root)
+    shutil.copytree(COMPOSE, root / "compose")
+    return root
 
 
 def _secrets(engine: Engine) -> dict[str, str]:
@@ -50,16 +68,18 @@ def _secrets(engine: Engine) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def srv(pair, docker_client, tmp_path_factory) -> Iterator[Server]:
-    tls, local = pair
+def srv(pair, ssh_env, tasks, docker_client, tmp_path_factory) -> Iterator[Server]:
+    tls, _ = pair
     started = time.perf_counter()
     server = Server(
-        EXAMPLES,
+        tasks,
         prefix=NO_SOCKET,
         HARBOR_OPENENV_MAX_SESSIONS="6",
-        HARBOR_OPENENV_DOCKER_HOSTS=f"{tls.tcp},{local.host}",
+        HARBOR_OPENENV_DOCKER_HOSTS=f"{tls.tcp},{ssh_env['DOCKER_HOST']}",
         HARBOR_OPENENV_ENGINE_PROBE_S="1",
         TMPDIR=str(tmp_path_factory.mktemp("engines-tmp")),
+        HOME=ssh_env["HOME"],  # the SSH engine's key and known_hosts, and an ssh for compose
+        PATH=ssh_env["PATH"],
         **remote_env(_secrets(tls)),
     )
     try:
@@ -90,19 +110,22 @@ def _get(srv: Server, path: str) -> tuple[int, str]:
 def _fix(env: Any, task: str) -> None:
     if task == "fix-sum-bug":
         assert env.exec(FIX_SUM).observation.exit_code == 0
-    else:
+    elif task == "hello-world":
         assert env.write("/app/hello.txt", "Hello, world!\n").observation.error is None
+    else:  # compose: its oracle
+        assert env.solve().observation.error is None
 
 
 def test_episodes_spread_over_both_engines_and_score_1(srv, pair):
-    tls, local = pair
-    tasks = ["fix-sum-bug", "hello-world", "hello-world", "fix-sum-bug"]
+    tls, far = pair
+    tasks = ["compose", "compose", "fix-sum-bug", "hello-world"]
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         envs = [stack.enter_context(srv.client()) for _ in tasks]
-        for env, task in zip(envs, tasks, strict=True):  # least busy first: tls, local, tls, local
+        for env, task in zip(envs, tasks, strict=True):  # least busy first: tls, far, tls, far
             assert env.reset(task_id=task).observation.error is None
-        assert (_on(tls, srv), _on(local, srv)) == (2, 2)
+        # main and its sidecar for the compose task, one container for the other
+        assert (_on(tls, srv), _on(far, srv)) == (3, 3)
         for env, task in zip(envs, tasks, strict=True):
             _fix(env, task)
             result = env.evaluate()
@@ -112,12 +135,12 @@ def test_episodes_spread_over_both_engines_and_score_1(srv, pair):
     )
 
 
-def test_losing_an_engine_ends_its_episode_and_the_other_keeps_serving(srv, pair):
-    tls, local = pair
+def test_losing_an_engine_ends_its_episode_and_the_other_keeps_serving(srv, pair, ssh_env):
+    tls, far = pair
     with srv.client() as doomed, srv.client() as kept:
         assert doomed.reset(task_id="fix-sum-bug").observation.error is None  # tls: listed first
         assert kept.reset(task_id="fix-sum-bug").observation.error is None
-        assert (_on(tls, srv), _on(local, srv)) == (1, 1)
+        assert (_on(tls, srv), _on(far, srv)) == (1, 1)
         stopped = time.perf_counter()
         tls.stop_daemon()
         answer = doomed.exec("echo still here").observation
@@ -134,14 +157,14 @@ def test_losing_an_engine_ends_its_episode_and_the_other_keeps_serving(srv, pair
         assert (result.reward, result.observation.error) == (1.0, None), result.observation
     with srv.client() as env:  # new resets go to the engine that is up
         assert env.reset(task_id="hello-world").observation.error is None
-        assert _on(local, srv) >= 1
+        assert _on(far, srv) >= 1
         _fix(env, "hello-world")
         assert env.evaluate().reward == 1.0
     status, body = _get(srv, "/ready")
     assert status == 200 and f'"engine":"{tls.tcp}","up":false' in body, body
     _, metrics = _get(srv, "/metrics")
     assert f'harbor_openenv_engine_up{{engine="{tls.tcp}"}} 0.0' in metrics
-    assert f'harbor_openenv_engine_up{{engine="{local.host}"}} 1.0' in metrics
+    assert f'harbor_openenv_engine_up{{engine="{ssh_env["DOCKER_HOST"]}"}} 1.0' in metrics
     # Back: the prober reconnects it, the server's containers from before are swept.
     tls.start_daemon()
     assert wait_until(lambda: f'"engine":"{tls.tcp}","up":true' in _get(srv, "/ready")[1], 30)
