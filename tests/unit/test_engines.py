@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from _fake_sandbox import FakeSandbox
 
-from harbor_openenv.episode.runtime import OnEngine
+from harbor_openenv.config import Settings
+from harbor_openenv.episode.runtime import OnEngine, Runtime
 from harbor_openenv.sandbox import ExecResult, SandboxError
 from harbor_openenv.sandbox.compose import ComposeSandbox
 from harbor_openenv.sandbox.engines import (
@@ -196,6 +197,19 @@ def test_a_compose_task_on_an_ssh_engine_without_the_ssh_client_is_refused(monke
         )
 
 
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"docker_hosts": "tcp://a:2376", "pool_size": 1}, "the warm pool keeps one engine's"),
+        ({"docker_hosts": "http://a"}, "is not a unix://, tcp:// or ssh:// engine URL"),
+        ({"docker_hosts": "tcp://a", "backend": "harbor:docker"}, "names Docker engines"),
+    ],
+)
+def test_a_server_refuses_engines_it_cannot_use_at_start_up(settings, said):
+    with pytest.raises(ValueError, match=said):
+        Runtime(FIXTURES / "tasks", Settings(**settings))
+
+
 class _Dying(FakeSandbox):
     """A sandbox whose exec raises once its fake engine is dead."""
 
@@ -258,6 +272,9 @@ def test_a_servers_episodes_spread_and_the_one_on_a_dead_engine_ends_naming_it(f
     refused = HarborEnvironment(runtime).reset(task_id="edit-file")
     assert refused.done and refused.error.startswith("no Docker engine is up")
     assert runtime.not_ready().startswith("no Docker engine is up")
+    scrape = runtime.metrics.scrape().decode()
+    assert "harbor_openenv_ready 0.0" in scrape
+    assert f'harbor_openenv_engine_up{{engine="{URLS[1]}"}} 0.0' in scrape
     obs = act(third, "evaluate", token=TOKEN)
     assert (obs.done, obs.reward) == (True, None)
     assert obs.error.startswith(f"the Docker engine {URLS[1]} went down (")

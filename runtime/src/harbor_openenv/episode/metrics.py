@@ -78,7 +78,11 @@ class _Live(Collector):
                 "busy session slots / capacity: the autoscaling signal (1: full, not ready)",
                 now.busy / now.capacity if now.capacity else 1.0,
             ),
-            ("ready", "1 when /ready answers 200 (a free slot, not draining)", _ready(now)),
+            (
+                "ready",
+                "1 when /ready answers 200 (a free slot, not draining, an engine up)",
+                _ready(now),
+            ),
             ("draining", "1 once SIGTERM started the drain", float(now.draining)),
             ("pool_idle", "warm-pool containers ready for a reset", now.pool_idle),
             ("containers_running", "running containers of this server", now.containers),
@@ -105,7 +109,8 @@ class _Live(Collector):
 
 
 def _ready(now: Snapshot) -> float:
-    return float(not now.draining and now.busy < now.capacity)
+    engines = not now.engines or any(one.up for one in now.engines)
+    return float(not now.draining and now.busy < now.capacity and engines)
 
 
 class Metrics:

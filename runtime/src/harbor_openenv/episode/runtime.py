@@ -151,7 +151,10 @@ class Runtime:
         except ValueError as exc:
             raise ValueError(f"{variable}={settings.docker_hosts!r} {exc}") from None
         if self.harbor:
-            raise ValueError(f"{variable} names Docker engines: {Settings.variable('backend')}")
+            raise ValueError(
+                f"{variable} names Docker engines, which {Settings.variable('backend')}="
+                f"{settings.backend} does not use: unset one of them"
+            )
         if settings.pool_size:
             raise ValueError(
                 f"{Settings.variable('pool_size')}={settings.pool_size}: the warm pool keeps one"
