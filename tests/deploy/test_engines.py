@@ -2,10 +2,11 @@
 reached by TCP with TLS (its certificates given as contents), one by SSH (a local sshd), and a
 server with no socket of the machine's engine (tests/support/_remote.py). Episodes land on both
 (each engine's containers, by label), a compose task's on each (the compose CLI pointed at its
-episode's engine), and score 1.0 after an agent's fix (the compose task: its oracle); one engine
-stopped mid-episode ends that episode with an error naming it (no reward) while the other keeps
-serving, ``/ready`` and ``/metrics`` show it down; restarted, it comes back swept of the
-server's containers; after the server stops nothing of it is left on either engine.
+episode's engine), and score 1.0 after an agent's fix (the compose task: its oracle); a fork's
+branch starts on its parent's engine; one engine stopped mid-episode ends that episode with an
+error naming it (no reward) while the other keeps serving, ``/ready`` and ``/metrics`` show it
+down; restarted, it comes back swept of the server's containers; after the server stops nothing
+of it is left on either engine.
 
 Run with ``-s`` for the durations.
 """
@@ -99,6 +100,11 @@ def _on(engine: Engine, srv: Server) -> int:
     return len(runtime_containers(engine.client, srv.owner_prefix))
 
 
+def _settled(srv: Server, pair: tuple[Engine, Engine]) -> None:
+    """Wait until the last test's containers, removed in the background, are gone."""
+    assert wait_until(lambda: all(_on(engine, srv) == 0 for engine in pair), 30)
+
+
 def _get(srv: Server, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(srv.url + path, timeout=10) as answer:
@@ -135,8 +141,23 @@ def test_episodes_spread_over_both_engines_and_score_1(srv, pair):
     )
 
 
+def test_a_forks_branch_starts_on_its_engine(srv, pair):
+    tls, far = pair
+    _settled(srv, pair)
+    with srv.client() as first, srv.client() as parent:
+        assert first.reset(task_id="hello-world").observation.error is None  # tls
+        assert parent.reset(task_id="hello-world").observation.error is None  # far
+        _fix(parent, "hello-world")
+        (branch,) = parent.fork(1)  # 1 and 1 episodes: tls first, were the branch not pinned
+        with branch:
+            assert (_on(tls, srv), _on(far, srv)) == (1, 2)
+            result = branch.evaluate()
+            assert (result.reward, result.observation.error) == (1.0, None), result.observation
+
+
 def test_losing_an_engine_ends_its_episode_and_the_other_keeps_serving(srv, pair, ssh_env):
     tls, far = pair
+    _settled(srv, pair)
     with srv.client() as doomed, srv.client() as kept:
         assert doomed.reset(task_id="fix-sum-bug").observation.error is None  # tls: listed first
         assert kept.reset(task_id="fix-sum-bug").observation.error is None
