@@ -163,7 +163,8 @@ class Runtime:
         concurrency = (settings.max_sessions) + 8
 
         def connect(url: str) -> docker.DockerClient:
-            self._tls_contents()
+            with self._lock:  # engines connect in parallel: the certificates are written once
+                self._tls_contents()
             try:
                 return engine.connect(
                     concurrency=concurrency, environ=engine_environ(url, os.environ)
