@@ -64,7 +64,7 @@ class OnEngine:
 
 class _Placed:
     """The backend of a server with several engines: none by default, as each environment
-    starts on the engine its episode was placed on (``Runtime.launch``'s ``engine``)."""
+    starts on the engine its episode was placed on (``Runtime.launch``'s ``on``)."""
 
     def start(self, *_: object, **__: object) -> Sandbox:
         raise SandboxError("with several engines an environment starts on its episode's engine")
@@ -108,7 +108,9 @@ class Runtime:
                 f" ({Settings.variable('backend')}={self.settings.backend}) have no warm pool"
             )
         # HARBOR_OPENENV_DOCKER_HOSTS: several engines, each episode placed on one of them.
-        self.engines = self._engine_set() if self.settings.docker_hosts and not backend else None
+        self.engines = (
+            self._engine_set(max_sessions) if self.settings.docker_hosts and not backend else None
+        )
         self.backend: Backend = backend or (
             self._harbor_backend()
             if self.harbor
@@ -143,8 +145,9 @@ class Runtime:
         except ValueError as exc:
             raise ValueError(f"{variable}={self.settings.backend}: {exc}") from None
 
-    def _engine_set(self) -> EngineSet[OnEngine]:
-        """The engines HARBOR_OPENENV_DOCKER_HOSTS names (connected on first use)."""
+    def _engine_set(self, max_sessions: int) -> EngineSet[OnEngine]:
+        """The engines HARBOR_OPENENV_DOCKER_HOSTS names (connected on first use), each client
+        keeping connections for ``max_sessions`` sessions and a few more."""
         variable, settings = Settings.variable("docker_hosts"), self.settings
         try:
             urls = parse_hosts(settings.docker_hosts or "")
@@ -160,7 +163,7 @@ class Runtime:
                 f"{Settings.variable('pool_size')}={settings.pool_size}: the warm pool keeps one"
                 f" engine's containers; with several ({variable}) set it to 0"
             )
-        concurrency = (settings.max_sessions) + 8
+        concurrency = max_sessions + 8
 
         def connect(url: str) -> docker.DockerClient:
             with self._lock:  # engines connect in parallel: the certificates are written once
@@ -209,8 +212,8 @@ class Runtime:
             sessions, unreset, client = self._sessions, self._unreset, self._docker
         running: int | None = None
         if self.engines is not None:
-            clients = [one.client for one in self.engines.connected()]
             if containers:
+                clients = [one.client for one in self.engines.connected()]
                 counts = [self._running(each) for each in clients]
                 known = [count for count in counts if count is not None]
                 running = sum(known) if known or not clients else None
