@@ -10,8 +10,7 @@ Prints, for TLS and for SSH, each ÷ the local socket:
 - an exec step through the exec channel (the default): goal at most 1.5x over TLS;
 - an exec step through the engine's exec API (``HARBOR_OPENENV_EXEC_CHANNEL=0``).
 
-Not measured: episodes per minute with two engines behind one server ÷ one, as no server spreads
-episodes over several engines yet.
+Episodes per minute with two engines behind one server ÷ one: bench/engines.py.
 
 A benchmark, not a test: it never fails on a missed goal, it says so. From the repository root
 (as root: dockerd and sshd need it):
@@ -101,7 +100,6 @@ def main() -> None:
                 else (" (goal met)" if ratio <= goal else f" (goal {goal}x MISSED)")
             )
             print(f"  {kind:15} {way:12} {value * 1000:7.1f} ms = {ratio:.2f}x{verdict}")
-    print("  episodes per minute, two engines ÷ one: not measured (no multi-engine backend yet)")
 
 
 if __name__ == "__main__":

@@ -65,16 +65,30 @@ class Engine:
             argv += ["--tlskey", str(server / "server-key.pem")]
         for flag, path in (("--data-root", "data"), ("--exec-root", "exec"), ("--pidfile", "pid")):
             argv += [flag, str(self.folder / path)]
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        self._argv = argv
         self.client: docker.DockerClient | None = None
         try:
-            self.client = self._wait_up(timeout)
+            self.start_daemon(timeout)
         except BaseException:
             self.stop()
             raise
+
+    def start_daemon(self, timeout: float = 60) -> None:
+        """Start the engine's ``dockerd`` (again, after :meth:`stop_daemon`: its data kept) and
+        wait until it answers."""
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self._argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.client = self._wait_up(timeout)
+
+    def stop_daemon(self, timeout: float = 60) -> None:
+        """Stop the ``dockerd`` alone (it stops its containers and its containerd), keeping its
+        folder, as an engine that went down does."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        stop_process(self.process, signal.SIGTERM, timeout)
 
     @property
     def tls_env(self) -> dict[str, str]:

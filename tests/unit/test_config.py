@@ -44,6 +44,8 @@ GIVEN = {
     "docker_tls_ca": ("CA PEM", "CA PEM"),
     "docker_tls_cert": ("CERT PEM", "CERT PEM"),
     "docker_tls_key": ("KEY PEM", "KEY PEM"),
+    "docker_hosts": ("tcp://a:2376,ssh://b", "tcp://a:2376,ssh://b"),
+    "engine_probe_s": ("2.5", 2.5),
     "pool_size": ("2", 2),
     "fork_ttl_s": ("90", 90.0),
     "backend": (" harbor:docker ", "harbor:docker"),

@@ -168,6 +168,21 @@ class Settings:
         default=None,
         metadata=_about("its private key, PEM contents (a key.pem)"),
     )
+    docker_hosts: str | None = field(
+        default=None,
+        metadata=_about(
+            "several engines, comma-separated URLs (unix://, tcp://, ssh://): episodes go to the"
+            " least busy one that is up (unset: the one DOCKER_HOST names)"
+        ),
+    )
+    engine_probe_s: float = field(
+        default=5.0,
+        metadata=_about(
+            "seconds between pings of each of HARBOR_OPENENV_DOCKER_HOSTS's engines (a failed"
+            " one is taken out, a down one that answers comes back)",
+            float,
+        ),
+    )
     backend: str = field(
         default="docker",
         metadata=_about(

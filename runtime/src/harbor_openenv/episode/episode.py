@@ -21,11 +21,12 @@ from harbor_openenv.episode import tamper
 from harbor_openenv.episode.fork import ForkPoint, merge_changes
 from harbor_openenv.episode.pristine import Spare
 from harbor_openenv.episode.record import EpisodeRecord
-from harbor_openenv.episode.runtime import Runtime
+from harbor_openenv.episode.runtime import OnEngine, Runtime
 from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier, ready_pristine
 from harbor_openenv.helper import contract
 from harbor_openenv.models import HarborObservation
 from harbor_openenv.sandbox import Sandbox, SandboxError
+from harbor_openenv.sandbox.engines import Engine, Lease
 from harbor_openenv.sandbox.owner import LABEL, LABEL_FORK, LABEL_OWNER
 from harbor_openenv.tasks.config import StepConfig, verifier_mode
 from harbor_openenv.tasks.env_vars import Envs, resolve_envs
@@ -50,6 +51,7 @@ def _branch_start(runtime: Runtime, point: ForkPoint) -> Callable[[], Sandbox]:
         network_mode=table.network_mode,
         pooled=True,
         warm=False,
+        on=point.engine,
     )
 
 
@@ -68,6 +70,12 @@ def _started(runtime: Runtime, ready: Future[Sandbox] | None) -> Sandbox | None:
     log.warning("a branch's container %s had stopped: starting another", sandbox.name)
     runtime.discard(sandbox, runtime.pool.release)
     return None
+
+
+def _unused(runtime: Runtime, ready: Future[Sandbox]) -> None:
+    """Remove a container a fork started for a branch that cannot take it."""
+    if not ready.cancelled() and ready.exception() is None:
+        runtime.discard(ready.result(), runtime.pool.release)
 
 
 class ActionError(Exception):
@@ -96,7 +104,15 @@ class Outcome:
 class Episode:
     """A task in its sandbox, and where its ``[[steps]]`` stand."""
 
-    def __init__(self, runtime: Runtime, task: Task, sandbox: Sandbox, envs: Envs, image: str):
+    def __init__(
+        self,
+        runtime: Runtime,
+        task: Task,
+        sandbox: Sandbox,
+        envs: Envs,
+        image: str,
+        lease: Lease[OnEngine] | None = None,
+    ):
         self.runtime, self.task, self.sandbox, self.envs, self.image = (
             runtime,
             task,
@@ -104,6 +120,7 @@ class Episode:
             envs,
             image,
         )
+        self.lease = lease  # of several engines, its place on the one it runs on
         self.step_index = 0
         self.step_metrics: list[dict[str, float] | None] = []
         self.step_info: list[dict[str, Any]] = []
@@ -120,17 +137,23 @@ class Episode:
         prepare the first step; whatever fails ends the episode before it is returned."""
         envs = resolve_envs(task)
         table = task.config.environment
-        image = runtime.task_image(task)
-        sandbox = runtime.launch(
-            task,
-            image,
-            table,
-            env=envs.environment,
-            compose=task.compose_file is not None,
-            network_mode=table.network_mode,
-            pooled=True,
-        )
-        episode = cls(runtime, task, sandbox, envs, image)
+
+        def start(on: Engine[OnEngine] | None) -> tuple[str, Sandbox]:
+            image = runtime.task_image(task, on)
+            sandbox = runtime.launch(
+                task,
+                image,
+                table,
+                env=envs.environment,
+                compose=task.compose_file is not None,
+                network_mode=table.network_mode,
+                pooled=True,
+                on=on,
+            )
+            return image, sandbox
+
+        lease, (image, sandbox) = runtime.placed(start)
+        episode = cls(runtime, task, sandbox, envs, image, lease)
         try:
             episode._ready()
             episode._spare()
@@ -149,6 +172,13 @@ class Episode:
         pool); the environment's healthcheck runs again (processes were not carried), the step's
         setup does not (its files were). ``point`` is released when the branch's container is
         gone; ``ident`` is given back if no container can start."""
+        try:
+            lease = runtime.lease(point.engine)  # of several engines, the fork's
+        except BaseException:
+            runtime.forks.give_back(ident, point)
+            if ready is not None:
+                ready.add_done_callback(functools.partial(_unused, runtime))
+            raise
         sandbox = _started(runtime, ready)
         task = point.task
         envs = resolve_envs(task)
@@ -156,9 +186,11 @@ class Episode:
             try:
                 sandbox = _branch_start(runtime, point)()
             except BaseException:
+                if lease is not None:
+                    lease.release()
                 runtime.forks.give_back(ident, point)
                 raise
-        episode = cls(runtime, task, sandbox, envs, point.source_image)
+        episode = cls(runtime, task, sandbox, envs, point.source_image, lease)
         episode.fork_point, episode.inherited = point, point.changes
         episode.step_index = point.step_index
         episode.step_metrics = list(point.step_metrics)
@@ -190,6 +222,7 @@ class Episode:
             list(self.step_metrics),
             copy.deepcopy(self.step_info),
             changes,
+            self.lease.engine if self.lease is not None else None,
         )
         return runtime.forks.add(point, n, _branch_start(runtime, point))
 
@@ -308,7 +341,7 @@ class Episode:
             env = self.envs.verifier_container.get(key, {})
             verdict = verifier.verify_separately(
                 self.sandbox,
-                functools.partial(self.runtime.verifier_sandbox, task, step, env),
+                functools.partial(self.runtime.verifier_sandbox, task, step, env, self.on),
                 last=step is None or self.step_index + 1 == len(task.config.steps or []),
                 max_artifact_bytes=settings.max_artifact_bytes,
                 alongside=report,
@@ -399,6 +432,7 @@ class Episode:
             env=self.envs.environment,
             compose=False,
             network_mode=table.network_mode,
+            on=self.on,
         )
 
     def _changes(self) -> list[tuple[str, int]] | None:
@@ -495,6 +529,18 @@ class Episode:
                 None, outcome.reward, outcome.metrics or {}, outcome.output, outcome.error
             )
 
+    # -- its engine ----------------------------------------------------------------------------
+
+    @property
+    def on(self) -> Engine[OnEngine] | None:
+        """Of several engines, the one this episode runs on (None: the server's one engine)."""
+        return self.lease.engine if self.lease is not None else None
+
+    def lost(self, *, check: bool = False) -> str | None:
+        """Why this episode has ended with its engine, one of several, that went down (None: it
+        has not); ``check``: ping the engine first."""
+        return self.lease.lost(check=check) if self.lease is not None else None
+
     # -- answers and the end -------------------------------------------------------------------
 
     def observe(self, action_type: str, **fields: Any) -> HarborObservation:
@@ -513,6 +559,8 @@ class Episode:
             self.record.finish()
         if self.spare is not None:
             self.spare.close()
+        if self.lease is not None:
+            self.lease.release()
         self.runtime.disk.forget(self.sandbox)
         ending, point = self.runtime.pool.ending(), self.fork_point
         if point is None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from harbor_openenv.models import MAX_FORKS
 from harbor_openenv.sandbox import Sandbox
+from harbor_openenv.sandbox.engines import Engine
 from harbor_openenv.tasks.task import Task
 
 log = logging.getLogger("harbor_openenv")
@@ -50,6 +51,7 @@ class ForkPoint:
     step_metrics: list[dict[str, float] | None]
     step_info: list[dict[str, Any]]
     changes: list[tuple[str, int]] | None  # the parent's changes at the fork (tamper report)
+    engine: Engine[Any] | None = None  # of several engines, the one holding the image
     unused: set[str] = field(default_factory=set)
     holds: int = 0  # IDs not dropped whose branch has not ended: each keeps the image
 

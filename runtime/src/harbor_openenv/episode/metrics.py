@@ -5,7 +5,7 @@ one process never share counts. Counted as things happen: episodes started and e
 each action's seconds (reset, exec, evaluate ...), image builds and pulls with their seconds (from
 the ``image ...`` events, see ``events.subscribe``). Read when scraped, from a :class:`Snapshot`:
 sessions, running episodes, capacity, readiness, the warm pool and the engine's containers of this
-server.
+server; with several engines, each one's up/down and episodes (label ``engine``).
 
 **The one to autoscale on** is ``harbor_openenv_sessions_utilization``: the replica's busy session
 slots over its capacity (0 to 1; busy is the larger of open sessions and running episodes, the
@@ -26,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from harbor_openenv import events
+from harbor_openenv.sandbox.engines import EngineStatus
 
 log = logging.getLogger("harbor_openenv")
 
@@ -52,6 +53,7 @@ class Snapshot:
     draining: bool
     pool_idle: int  # warm-pool containers ready for a reset
     containers: int | None  # the engine's running containers of this server (None: unknown)
+    engines: tuple[EngineStatus, ...] = ()  # HARBOR_OPENENV_DOCKER_HOSTS's (none: one engine)
 
     @property
     def busy(self) -> int:
@@ -76,7 +78,11 @@ class _Live(Collector):
                 "busy session slots / capacity: the autoscaling signal (1: full, not ready)",
                 now.busy / now.capacity if now.capacity else 1.0,
             ),
-            ("ready", "1 when /ready answers 200 (a free slot, not draining)", _ready(now)),
+            (
+                "ready",
+                "1 when /ready answers 200 (a free slot, not draining, an engine up)",
+                _ready(now),
+            ),
             ("draining", "1 once SIGTERM started the drain", float(now.draining)),
             ("pool_idle", "warm-pool containers ready for a reset", now.pool_idle),
             ("containers_running", "running containers of this server", now.containers),
@@ -84,10 +90,27 @@ class _Live(Collector):
         for name, doc, value in values:
             if value is not None:  # the engine was unreachable: no sample rather than a wrong one
                 yield GaugeMetricFamily(PREFIX + name, doc, value=value)
+        if now.engines:
+            up = GaugeMetricFamily(
+                PREFIX + "engine_up",
+                "1 while the engine is up (HARBOR_OPENENV_DOCKER_HOSTS), 0 once taken out",
+                labels=["engine"],
+            )
+            episodes = GaugeMetricFamily(
+                PREFIX + "engine_episodes",
+                "this server's live episodes on the engine",
+                labels=["engine"],
+            )
+            for one in now.engines:
+                up.add_metric([one.name], float(one.up))
+                episodes.add_metric([one.name], one.episodes)
+            yield up
+            yield episodes
 
 
 def _ready(now: Snapshot) -> float:
-    return float(not now.draining and now.busy < now.capacity)
+    engines = not now.engines or any(one.up for one in now.engines)
+    return float(not now.draining and now.busy < now.capacity and engines)
 
 
 class Metrics:

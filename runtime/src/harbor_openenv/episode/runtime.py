@@ -9,12 +9,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TypeVar, cast
 
 import docker
 import docker.errors
@@ -35,9 +37,11 @@ from harbor_openenv.sandbox import (
     SandboxError,
     engine,
     remove_containers,
+    remove_dead_scratch,
     server_identity,
 )
 from harbor_openenv.sandbox.backend import DockerBackend
+from harbor_openenv.sandbox.engines import Engine, EngineSet, Lease, engine_environ, parse_hosts
 from harbor_openenv.sandbox.spec import Backend, ComposeSpec, ContainerSpec
 from harbor_openenv.tasks.catalog import TaskCatalog
 from harbor_openenv.tasks.config import EnvironmentConfig, StepConfig, verifier_environment
@@ -47,6 +51,23 @@ from harbor_openenv.tasks.task import Task
 
 log = logging.getLogger("harbor_openenv")
 _REMOVERS = 4  # threads removing ended episodes' containers
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class OnEngine:
+    """What one of several engines (``HARBOR_OPENENV_DOCKER_HOSTS``) holds for this server."""
+
+    images: ImageResolver
+    backend: DockerBackend
+
+
+class _Placed:
+    """The backend of a server with several engines: none by default, as each environment
+    starts on the engine its episode was placed on (``Runtime.launch``'s ``on``)."""
+
+    def start(self, *_: object, **__: object) -> Sandbox:
+        raise SandboxError("with several engines an environment starts on its episode's engine")
 
 
 class Runtime:
@@ -86,10 +107,16 @@ class Runtime:
                 f"{Settings.variable('pool_size')}={self.settings.pool_size}: Harbor's backends"
                 f" ({Settings.variable('backend')}={self.settings.backend}) have no warm pool"
             )
+        # HARBOR_OPENENV_DOCKER_HOSTS: several engines, each episode placed on one of them.
+        self.engines = (
+            self._engine_set(max_sessions) if self.settings.docker_hosts and not backend else None
+        )
         self.backend: Backend = backend or (
             self._harbor_backend()
             if self.harbor
             else DockerBackend(lambda: self.docker, owner=self.owner)
+            if self.engines is None
+            else _Placed()
         )
         self.pool = ContainerPool(self.backend, size=self.settings.pool_size, limit=max_sessions)
         self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
@@ -118,6 +145,51 @@ class Runtime:
         except ValueError as exc:
             raise ValueError(f"{variable}={self.settings.backend}: {exc}") from None
 
+    def _engine_set(self, max_sessions: int) -> EngineSet[OnEngine]:
+        """The engines HARBOR_OPENENV_DOCKER_HOSTS names (connected on first use), each client
+        keeping connections for ``max_sessions`` sessions and a few more."""
+        variable, settings = Settings.variable("docker_hosts"), self.settings
+        try:
+            urls = parse_hosts(settings.docker_hosts or "")
+        except ValueError as exc:
+            raise ValueError(f"{variable}={settings.docker_hosts!r} {exc}") from None
+        if self.harbor:
+            raise ValueError(
+                f"{variable} names Docker engines, which {Settings.variable('backend')}="
+                f"{settings.backend} does not use: unset one of them"
+            )
+        if settings.pool_size:
+            raise ValueError(
+                f"{Settings.variable('pool_size')}={settings.pool_size}: the warm pool keeps one"
+                f" engine's containers; with several ({variable}) set it to 0"
+            )
+        concurrency = max_sessions + 8
+
+        def connect(url: str) -> docker.DockerClient:
+            with self._lock:  # engines connect in parallel: the certificates are written once
+                self._tls_contents()
+            try:
+                return engine.connect(
+                    concurrency=concurrency, environ=engine_environ(url, os.environ)
+                )
+            except docker.errors.DockerException as exc:
+                raise SandboxError(f"cannot reach the Docker engine {url}: {exc}") from None
+
+        def make(one: Engine[OnEngine]) -> OnEngine:
+            client = one.client
+            if one.generation:  # it came back: the episodes it held have ended
+                remove_containers(client, owner=self.owner)
+            return OnEngine(
+                ImageResolver(client, build_network=settings.build_network),
+                DockerBackend(
+                    lambda: client, owner=self.owner, environ=engine_environ(one.url, os.environ)
+                ),
+            )
+
+        return EngineSet(
+            urls, connect=connect, ping=engine.ping, make=make, probe_s=settings.engine_probe_s
+        )
+
     # -- sessions, readiness, drain ------------------------------------------------------------
 
     def session_opened(self) -> None:
@@ -139,15 +211,14 @@ class Runtime:
         with self._lock:
             sessions, unreset, client = self._sessions, self._unreset, self._docker
         running: int | None = None
-        if containers and client is not None:
-            try:
-                filters: dict[str, str | list[str] | bool] = {
-                    "label": f"{LABEL_OWNER}={self.owner}",
-                    "status": "running",
-                }
-                running = len(client.containers.list(filters=filters, ignore_removed=True))
-            except Exception as exc:  # the engine may be down: the gauge is left out
-                log.debug("metrics: cannot list containers: %s", exc)
+        if self.engines is not None:
+            if containers:
+                clients = [one.client for one in self.engines.connected()]
+                counts = [self._running(each) for each in clients]
+                known = [count for count in counts if count is not None]
+                running = sum(known) if known or not clients else None
+        elif containers and client is not None:
+            running = self._running(client)
         elif containers:
             running = 0  # never connected: this server has started nothing
         return Snapshot(
@@ -158,7 +229,20 @@ class Runtime:
             draining=self.draining.is_set(),
             pool_idle=self.pool.idle,
             containers=running,
+            engines=tuple(self.engines.statuses()) if self.engines is not None else (),
         )
+
+    def _running(self, client: docker.DockerClient) -> int | None:
+        """This server's running containers on ``client``'s engine (None: it cannot answer)."""
+        try:
+            filters: dict[str, str | list[str] | bool] = {
+                "label": f"{LABEL_OWNER}={self.owner}",
+                "status": "running",
+            }
+            return len(client.containers.list(filters=filters, ignore_removed=True))
+        except Exception as exc:  # the engine may be down: the gauge is left out
+            log.debug("metrics: cannot list containers: %s", exc)
+            return None
 
     def not_ready(self) -> str | None:
         """Why this replica cannot take a new session now (``/ready``'s 503), or None."""
@@ -171,6 +255,9 @@ class Runtime:
                 f" ({now.sessions} sessions, {now.unreset} of them never reset,"
                 f" {now.episodes} episodes; HARBOR_OPENENV_MAX_SESSIONS)"
             )
+        if now.engines and not any(one.up for one in now.engines):
+            down = "; ".join(f"{one.name}: {one.error}" for one in now.engines)
+            return f"no Docker engine is up ({Settings.variable('docker_hosts')}): {down}"
         return None
 
     def drain(self, timeout_s: float) -> bool:
@@ -182,17 +269,14 @@ class Runtime:
     @property
     def docker(self) -> docker.DockerClient:
         """The engine client, connected on first use so /health never touches Docker."""
+        if self.engines is not None:
+            raise SandboxError(
+                f"this server uses several engines ({Settings.variable('docker_hosts')}): each"
+                " episode's is its own"
+            )
         with self._lock:
             if self._docker is None:
-                settings = self.settings
-                tls = (settings.docker_tls_ca, settings.docker_tls_cert, settings.docker_tls_key)
-                if any(tls):
-                    if not all(tls):
-                        raise SandboxError(
-                            "HARBOR_OPENENV_DOCKER_TLS_CA, _CERT and _KEY go together: one is unset"
-                        )
-                    if self._tls_folder is None:
-                        self._tls_folder = engine.use_tls_contents(*cast(tuple[str, str, str], tls))
+                self._tls_contents()
                 try:
                     # Each session's thread, the warm pool and the disk guard share it.
                     client = engine.connect(concurrency=self.pool.limit + 8)
@@ -202,27 +286,64 @@ class Runtime:
                 self._resolver = ImageResolver(client, build_network=self.settings.build_network)
             return self._docker
 
+    def _tls_contents(self) -> None:
+        """Write HARBOR_OPENENV_DOCKER_TLS_CA, _CERT and _KEY, if given, where Docker's own
+        settings point (once)."""
+        settings = self.settings
+        tls = (settings.docker_tls_ca, settings.docker_tls_cert, settings.docker_tls_key)
+        if any(tls):
+            if not all(tls):
+                raise SandboxError(
+                    "HARBOR_OPENENV_DOCKER_TLS_CA, _CERT and _KEY go together: one is unset"
+                )
+            if self._tls_folder is None:
+                self._tls_folder = engine.use_tls_contents(*cast(tuple[str, str, str], tls))
+
+    def lease(self, on: Engine[OnEngine] | None = None) -> Lease[OnEngine] | None:
+        """A new episode's place on one of several engines (``on``: that one), None with one
+        engine."""
+        if self.engines is None:
+            return None
+        self.engines.start()
+        return self.engines.lease(on)
+
+    def placed(
+        self, work: Callable[[Engine[OnEngine] | None], R]
+    ) -> tuple[Lease[OnEngine] | None, R]:
+        """``work`` on the engine a new episode is placed on (None with one engine), again on
+        another if that engine fails meanwhile; its lease and result."""
+        if self.engines is None:
+            return None, work(None)
+        self.engines.start()
+        return self.engines.run(work)
+
+    def images_on(self, on: Engine[OnEngine] | None) -> ImageResolver:
+        """The image cache of engine ``on`` (None: the one engine's)."""
+        return self.images if on is None else _parts(on).images
+
     @property
     def images(self) -> ImageResolver:
         self.docker  # noqa: B018 - connects and creates the resolver
         assert self._resolver is not None
         return self._resolver
 
-    def task_image(self, task: Task) -> str:
+    def task_image(self, task: Task, on: Engine[OnEngine] | None = None) -> str:
         """The local image ``task``'s episodes start from: the one images.lock pins (pulled by
-        digest if the engine lacks it, never built), else the task's own (pulled or built)."""
+        digest if the engine lacks it, never built), else the task's own (pulled or built); on
+        engine ``on`` of several."""
         if self.harbor:
             return task.id  # a name only: Harbor's environment builds or pulls the image
         locked = self.locked.get(task.id)
+        images = self.images_on(on)
         if locked is None:
-            return self.images.resolve(task)
+            return images.resolve(task)
         if task.id not in self._stale:
             self._stale[task.id] = stale_pin(task, locked)
         stale = self._stale[task.id]
         if stale:
             raise ImageError(stale)
         try:
-            return self.images.use(task, locked.image)
+            return images.use(task, locked.image)
         except ImageError as exc:
             raise ImageError(
                 f"{exc} (the image {LOCK_NAME} pins for task {task.id}: push it again with"
@@ -260,8 +381,10 @@ class Runtime:
         network_mode: str,
         pooled: bool = False,
         warm: bool = True,
+        on: Engine[OnEngine] | None = None,
     ) -> Sandbox:
-        """Start a task environment: one container, or the compose project around ``main``.
+        """Start a task environment: one container, or the compose project around ``main``;
+        on engine ``on`` of several.
 
         ``pooled``: an episode's own environment, which counts against the warm pool's limit
         until the pool is told it ended; a container (not a compose project) then comes from the
@@ -269,8 +392,9 @@ class Runtime:
         fork's branch).
         """
         spec = self.spec(image, table, env, network_mode)
+        backend = self.backend if on is None else _parts(on).backend
         if not compose:
-            start = functools.partial(self.backend.start, spec, task_id=task.id)
+            start = functools.partial(backend.start, spec, task_id=task.id)
             return self.pool.acquire(spec if warm else None, start) if pooled else start()
         assert task.compose_file is not None
         project = ComposeSpec(
@@ -281,12 +405,18 @@ class Runtime:
             build_network=self.settings.build_network,
             prebuilt=image if task.image is not None and task.image.kind != "dockerfile" else None,
         )
-        start = functools.partial(self.backend.start, spec, task_id=task.id, compose=project)
+        start = functools.partial(backend.start, spec, task_id=task.id, compose=project)
         return self.pool.acquire(None, start) if pooled else start()
 
-    def verifier_sandbox(self, task: Task, step: StepConfig | None, env: dict[str, str]) -> Sandbox:
+    def verifier_sandbox(
+        self,
+        task: Task,
+        step: StepConfig | None,
+        env: dict[str, str],
+        on: Engine[OnEngine] | None = None,
+    ) -> Sandbox:
         """Start a separate verifier's environment, on the image Harbor would choose (the one
-        images.lock pins for it, pulled by digest, when there is one)."""
+        images.lock pins for it, pulled by digest, when there is one); on engine ``on``."""
         if self.harbor:
             raise SandboxError(
                 f"task {task.id}: a separate verifier's environment is not supported on Harbor's"
@@ -296,15 +426,16 @@ class Runtime:
         source = verifier_source(task, step)
         locked = self.locked.get(task.id)
         pinned = locked.verifiers.get(source) if locked is not None and source else None
+        images = self.images_on(on)
         try:
             if pinned:
-                image = self.images.use(task, pinned)
+                image = images.use(task, pinned)
             elif ref:
-                image = self.images.use(task, ref)
+                image = images.use(task, ref)
             elif folder:
-                image = self.images.build(task, folder)
+                image = images.build(task, folder)
             else:
-                image = self.task_image(task)
+                image = self.task_image(task, on)
         except ImageError as exc:
             raise SandboxError(f"the separate verifier's image: {exc}") from None
         config = task.config
@@ -317,6 +448,7 @@ class Runtime:
             env=env,
             compose=not (ref or folder) and task.compose_file is not None,
             network_mode=phase or table.network_mode,
+            on=on,
         )
 
     def check_files(self, task: Task) -> str | None:
@@ -335,8 +467,19 @@ class Runtime:
         return None
 
     def remove_orphans(self) -> int:
-        """Remove containers left behind by servers that are no longer running."""
-        return remove_containers(self.docker)
+        """Remove containers left behind by servers that are no longer running (on every engine
+        that is up)."""
+        if self.engines is None:
+            return remove_containers(self.docker)
+        self.engines.start()
+        return self.engines.each(lambda one: remove_containers(one.client), "the sweep")
+
+    def remove_dead_scratch(self) -> int:
+        """Remove the compose project folders of servers that died."""
+        if self.engines is None:
+            return remove_dead_scratch(self.docker)
+        clients = [one.client for one in self.engines.connected()]
+        return remove_dead_scratch(clients[0]) if clients else 0
 
     def prewarm(self) -> None:
         """Start filling the warm pool for the default task, if the pool is on and can serve it."""
@@ -352,13 +495,20 @@ class Runtime:
         self.pool.want(self.spec(image, table, env, table.network_mode))
 
     def _remove_image(self, image: str) -> None:
-        """Remove a fork's committed image (gone already: nothing to do)."""
-        try:
-            self.docker.api.remove_image(image, force=False)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            raise SandboxError(f"removing the image {image[:19]} failed: {exc}") from None
+        """Remove a fork's committed image (gone already: nothing to do), on every engine that
+        is up when there are several (only the fork's has it)."""
+        clients = (
+            [self.docker]
+            if self.engines is None
+            else [one.client for one in self.engines.connected()]
+        )
+        for client in clients:
+            try:
+                client.api.remove_image(image, force=False)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"removing the image {image[:19]} failed: {exc}") from None
 
     def _discard_unused(self, sandbox: Sandbox, then: Callable[[], None]) -> None:
         """Remove a container started for a fork's branch that no reset took (its ID expired
@@ -410,7 +560,17 @@ class Runtime:
         if self._capture is not None:
             self._capture.stop()
         try:
+            if self.engines is not None:
+                self.engines.close()
+                own = functools.partial(remove_containers, owner=self.owner)
+                return self.engines.each(lambda one: own(one.client), "the sweep")
             return 0 if self._docker is None else remove_containers(self._docker, owner=self.owner)
         finally:  # after the engine's last call: a new connection reads the files again
             if self._tls_folder is not None:
                 shutil.rmtree(self._tls_folder, ignore_errors=True)
+
+
+def _parts(on: Engine[OnEngine]) -> OnEngine:
+    """What engine ``on`` holds for this server (it is connected once an episode is on it)."""
+    assert on.parts is not None, f"{on.name} is not connected"
+    return on.parts

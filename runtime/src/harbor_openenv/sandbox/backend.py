@@ -20,11 +20,19 @@ from .spec import ComposeSpec, ContainerSpec
 
 class DockerBackend:
     """Starts a server's environments on its engine (``client``, connected on first use), labelled
-    with its ``owner``; makes the helper's volume once."""
+    with its ``owner``; makes the helper's volume once. ``environ``: Docker's settings naming the
+    engine for the compose CLI (one of several engines; None: this process's own)."""
 
-    def __init__(self, client: Callable[[], docker.DockerClient], *, owner: str) -> None:
+    def __init__(
+        self,
+        client: Callable[[], docker.DockerClient],
+        *,
+        owner: str,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self._client = client
         self.owner = owner
+        self.environ = environ
         self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: owner})
 
     def helper_volume(self, image: str) -> str:
@@ -54,5 +62,11 @@ class DockerBackend:
             )
         assert task_id is not None, "a compose project is never pooled"
         return ComposeSandbox.start_project(
-            self._client(), spec, compose, task_id=task_id, owner=self.owner, helper_volume=volume
+            self._client(),
+            spec,
+            compose,
+            task_id=task_id,
+            owner=self.owner,
+            helper_volume=volume,
+            engine_env=self.environ,
         )

@@ -37,7 +37,7 @@ from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, keeper_command
 from .channel import Channel
 from .command import Command
 from .docker import DockerSandbox, image_config
-from .engine import is_local
+from .engine import DOCKER_VARIABLES, is_local
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK, make_scratch
 from .result import ExecResult
@@ -169,6 +169,11 @@ def main_build(compose_file: Path, variables: Mapping[str, str]) -> dict[str, An
     return dict(build) if isinstance(build, dict) else {}
 
 
+def _without_engine(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without Docker's settings naming an engine."""
+    return {k: v for k, v in environ.items() if k not in DOCKER_VARIABLES}
+
+
 class ComposeProject:
     """One ``docker compose -p <name>`` project and the files it merges."""
 
@@ -233,9 +238,13 @@ class ComposeSandbox(Sandbox):
         task_id: str,
         owner: str,
         helper_volume: str,
+        engine_env: Mapping[str, str] | None = None,
     ) -> ComposeSandbox:
         """Start the project (``up --wait``, sidecar healthchecks included) with main as
         ``container`` says, and attach to main.
+
+        ``engine_env``: Docker's settings naming ``client``'s engine, when it is not the one this
+        process's own settings name (one of several engines): the compose CLI gets them instead.
 
         Services the task's compose file builds (sidecars) build on ``compose.build_network``
         (the server's ``Settings.build_network``; None: the engine's default), as the task's own
@@ -254,6 +263,13 @@ class ComposeSandbox(Sandbox):
             compose.build_network,
             compose.prebuilt,
         )
+        host = (os.environ if engine_env is None else engine_env).get("DOCKER_HOST", "")
+        if host.startswith("ssh://") and shutil.which("ssh") is None:
+            raise SandboxError(
+                f"{task_id}: a compose task on an ssh:// engine needs OpenSSH's ssh client on this"
+                " server's PATH (the compose CLI dials the engine with it; install"
+                " openssh-client in the server's image)"
+            )
         name = f"harbor-openenv-{uuid.uuid4().hex[:12]}"
         scratch = make_scratch(owner)
         main: dict[str, Any] = {
@@ -281,8 +297,10 @@ class ComposeSandbox(Sandbox):
                 }
             )
         )
+        own = os.environ if engine_env is None else _without_engine(os.environ)
         environ = {
-            **os.environ,
+            **own,
+            **(engine_env or {}),
             **(compose_env or {}),
             **harbor_variables(
                 compose_file, image, cpus=cpus, memory_mb=memory_mb, prebuilt=prebuilt

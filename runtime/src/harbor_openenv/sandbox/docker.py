@@ -298,7 +298,7 @@ class DockerSandbox(Sandbox):
                 api._url("/containers/{0}/json", self.container.id), params={"size": 1}
             )
             return int(api._result(response, True).get("SizeRw") or 0)
-        except docker.errors.APIError as exc:
+        except (docker.errors.APIError, requests.ConnectionError) as exc:  # or the engine is gone
             raise SandboxError(f"cannot measure the container's disk: {exc}") from None
 
     def run(self, command: Command) -> ExecResult:

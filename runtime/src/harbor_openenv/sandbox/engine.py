@@ -18,6 +18,9 @@ from docker.transport.sshconn import SSHHTTPAdapter
 from docker.transport.unixconn import UnixHTTPAdapter, UnixHTTPConnectionPool
 
 _API_TIMEOUT_S = 300
+# Docker's own settings that name an engine: one of several engines gets its own, never these.
+DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT")
+_PING_TIMEOUT_S = 5
 
 
 class _OnePoolAdapter(UnixHTTPAdapter):
@@ -39,9 +42,15 @@ class _OneSSHPoolAdapter(SSHHTTPAdapter):
         return super().get_connection("ssh", proxies)
 
 
-def connect(*, concurrency: int = 10, timeout_s: int = _API_TIMEOUT_S) -> docker.DockerClient:
-    """A client for the engine ``DOCKER_HOST`` names, keeping up to ``concurrency`` idle
-    connections (the most requests expected at once).
+def connect(
+    *,
+    concurrency: int = 10,
+    timeout_s: int = _API_TIMEOUT_S,
+    environ: Mapping[str, str] | None = None,
+) -> docker.DockerClient:
+    """A client for the engine ``DOCKER_HOST`` names (in ``environ``, default this process's
+    environment), keeping up to ``concurrency`` idle connections (the most requests expected at
+    once).
 
     ``ssh://`` goes through paramiko (``~/.ssh``'s config, keys and known_hosts; ``docker system
     dial-stdio`` on the far side); a TLS engine is verified against ``DOCKER_CERT_PATH``'s
@@ -51,6 +60,7 @@ def connect(*, concurrency: int = 10, timeout_s: int = _API_TIMEOUT_S) -> docker
         timeout=timeout_s,
         max_pool_size=concurrency,
         version=MINIMUM_DOCKER_API_VERSION,  # negotiated below, once requests are set up
+        environment=environ,
     )
     api = client.api
     old = api.get_adapter(api.base_url)
@@ -74,10 +84,19 @@ def connect(*, concurrency: int = 10, timeout_s: int = _API_TIMEOUT_S) -> docker
         api._version = api.version(api_version=False)["ApiVersion"]  # type: ignore[attr-defined]
     except (requests.RequestException, KeyError) as exc:
         raise docker.errors.DockerException(
-            f"cannot reach {os.environ.get('DOCKER_HOST') or 'the default socket'}: {exc}"
+            f"cannot reach {(environ or os.environ).get('DOCKER_HOST') or 'the default socket'}:"
+            f" {exc}"
         ) from None
     client.ping()
     return client
+
+
+def ping(client: docker.DockerClient, timeout_s: float = _PING_TIMEOUT_S) -> None:
+    """Ask the engine's ``/_ping`` within ``timeout_s`` (not the client's long API timeout);
+    raises requests' or docker's exception when it does not answer."""
+    api: Any = client.api  # docker-py's request helpers, undeclared
+    response = api._get(api._url("/_ping"), timeout=timeout_s)
+    api._raise_for_status(response)
 
 
 def use_tls_contents(ca: str, cert: str, key: str) -> Path:

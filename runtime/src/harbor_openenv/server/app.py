@@ -36,7 +36,6 @@ from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.events import Timer, event
 from harbor_openenv.events import configure as configure_logging
 from harbor_openenv.models import HarborObservation, HarborState, ServedAction
-from harbor_openenv.sandbox import remove_dead_scratch
 from harbor_openenv.server.environment import HarborEnvironment
 from harbor_openenv.server.metadata import environment_about
 
@@ -363,7 +362,7 @@ def build_app(
         Never calls Docker. ``/health`` stays the liveness answer."""
         reason = runtime.not_ready()
         now = runtime.snapshot(containers=False)
-        body = {
+        body: dict[str, object] = {
             "status": "not ready" if reason else "ready",
             "reason": reason,
             "sessions": now.sessions,
@@ -372,6 +371,11 @@ def build_app(
             "capacity": now.capacity,
             "draining": now.draining,
         }
+        if now.engines:  # several engines: which are up
+            body["engines"] = [
+                {"engine": one.name, "up": one.up, "episodes": one.episodes, "error": one.error}
+                for one in now.engines
+            ]
         return JSONResponse(body, status_code=503 if reason else 200)
 
     @app.get("/metrics", tags=["Health"], summary="Prometheus metrics", include_in_schema=False)
@@ -381,7 +385,7 @@ def build_app(
     def _remove_orphans() -> None:
         try:
             removed = runtime.remove_orphans()
-            folders = remove_dead_scratch(runtime.docker)
+            folders = runtime.remove_dead_scratch()
         except Exception as exc:  # the engine may be down; /health still answers
             log.warning("could not look for containers left by dead servers: %s", exc)
             return

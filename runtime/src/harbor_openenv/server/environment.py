@@ -214,14 +214,34 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
     def _act(self, kind: str, episode: Episode, action: HarborAction) -> HarborObservation:
         if episode.sandbox.exceeded:
             return self._conclude(episode.observe(kind, done=True, error=episode.sandbox.exceeded))
+        lost = episode.lost()
+        if lost:  # its engine, one of several, went down since the last step
+            return self._lost(kind, episode, action, lost)
         try:
             observation = _HANDLERS[kind](episode, action)
         except Exception as exc:
+            lost = episode.lost(check=True)
+            if lost:
+                return self._lost(kind, episode, action, lost)
             return _recorded(episode, action, self._failed(kind, exc))
         if episode.sandbox.exceeded and not observation.done:  # the guard tripped meanwhile
             observation = episode.observe(kind, done=True, error=episode.sandbox.exceeded)
+        if observation.done or observation.error:  # its engine's failure, not the task's?
+            lost = episode.lost(check=True)
+            if lost:
+                return self._lost(kind, episode, action, lost)
         _recorded(episode, action, observation)
         return self._conclude(observation) if observation.done else observation
+
+    def _lost(
+        self, kind: str, episode: Episode, action: HarborAction, error: str
+    ) -> HarborObservation:
+        """End an episode whose engine went down: done, no reward, the engine named."""
+        episode.outcome = None  # whatever the verifier made of it proves nothing
+        event("error", logging.WARNING, action=kind, task=episode.task.id, error=error)
+        return self._conclude(
+            _recorded(episode, action, episode.observe(kind, done=True, error=error))
+        )
 
     @property
     def state(self) -> HarborState:
