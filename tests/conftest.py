@@ -36,7 +36,6 @@ def pytest_addoption(parser):
         " 0: engine exec only (scripts/test reruns the sandbox and hostile suites so)",
     )
 
-
     parser.addoption(
         "--remote-engine",
         action="store_true",
