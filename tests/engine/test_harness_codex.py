@@ -6,16 +6,14 @@ Through a real server, the rollout action runs it on a no-network task and grade
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
 import shutil
-import subprocess
 import tarfile
 
 import pytest
 from _model import Call, Say, ScriptedModel, capture_proxy
-from _server import CACHE, FIXTURE_TASKS, Server
+from _server import FIXTURE_TASKS, Server
 
 from harbor_openenv.harness.base import Budget, HarnessRun, ModelEndpoint
 from harbor_openenv.harness.codex import Codex
@@ -25,27 +23,7 @@ from harbor_openenv.sandbox.spec import ContainerSpec
 
 pytestmark = pytest.mark.docker
 
-VERSION = "0.171.0"  # @openai/codex, its per-platform builds
 TASK = FIXTURE_TASKS / "edit-file"  # "Write the number 42 into answer.txt"
-PLATFORMS = {"x86_64": "linux-x64", "aarch64": "linux-arm64"}
-
-
-@pytest.fixture(scope="module")
-def codex_package(docker_client):
-    """The npm pack of Codex's build for the engine's architecture, fetched once into .cache."""
-    platform = PLATFORMS[docker_client.info()["Architecture"]]
-    CACHE.mkdir(exist_ok=True)
-    pack = CACHE / f"openai-codex-{VERSION}-{platform}.tgz"
-    with open(CACHE / "codex.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not pack.exists():
-            subprocess.run(
-                ["npm", "pack", "--silent", f"@openai/codex@{VERSION}-{platform}"],
-                cwd=CACHE,
-                check=True,
-                capture_output=True,
-            )
-    return pack
 
 
 @pytest.fixture(scope="module")

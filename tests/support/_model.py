@@ -12,7 +12,8 @@ tool; :class:`Say`: a final message), one per model call, in two dialects:
 
 ``mode`` makes it misbehave: ``"hang"`` accepts each request and never answers, ``"crash"``
 answers 500. Every request body is kept (:attr:`ScriptedModel.requests`), and the token ids of
-each chat answer to them (:attr:`ScriptedModel.sent`). :func:`capture_proxy`
+each chat answer to them (:attr:`ScriptedModel.sent`), and every request's headers
+(:attr:`ScriptedModel.headers`). :func:`capture_proxy`
 serves OpenEnv's capture proxy in front of it, as a rollout would.
 """
 
@@ -86,6 +87,7 @@ class ScriptedModel:
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.sent: list[dict[str, list[int]]] = []  # prompt_token_ids, completion_token_ids
+        self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -225,6 +227,8 @@ class ScriptedModel:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with model._lock:
+                    model.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if model.mode == "hang":
                     model._next(body)
                     model._stop.wait()

@@ -28,6 +28,7 @@ import httpx
 import pytest
 import yaml
 from _remote import remote_engine
+from _server import CODEX_PLATFORMS, CODEX_VERSION
 from _template_helpers import REPO, commit_all, git
 
 pytestmark = pytest.mark.docker
@@ -330,10 +331,6 @@ def test_remote_route_with_no_socket(checkout, docker_client):
         assert engine.client.volumes.list(filters=ours) == [], output
         built = [i for i in engine.client.images.list() if "debian:bookworm-slim" not in i.tags]
         assert built, "the task's image was not built on the remote engine"
-
-
-CODEX_VERSION = "0.171.0"  # as tests/engine/test_harness_codex.py fetches it
-CODEX_PLATFORMS = {"x86_64": "linux-x64", "aarch64": "linux-arm64"}
 
 
 def rollout_snippet(readme: str, port: int, harness: str, base_url: str) -> str:

@@ -64,7 +64,8 @@ def test_the_command_points_codex_at_the_relayed_port_only(tmp_path):
     assert 'model_providers.harbor-openenv.base_url="http://127.0.0.1:4999/v1"' in config
     assert 'model_providers.harbor-openenv.wire_api="responses"' in config
     assert "8100" not in " ".join(argv)  # the server's side stays on the server's side
-    assert "s123" not in " ".join(argv)  # the key travels in the environment
+    assert "s123" not in " ".join(argv)  # codex holds no key: the keyed port adds it
+    assert not [item for item in config if "env_key" in item]
 
 
 def test_codex_failures_are_read_from_its_json_events():

@@ -9,8 +9,10 @@ reads it from a cache on the server's side (``HARBOR_OPENENV_CODEX_PACKAGE``, wh
 URL is the relayed port, ``http://127.0.0.1:PORT/v1`` inside, and whose wire API is the
 Responses API (the only one Codex speaks; the capture proxy turns it into chat completions
 upstream). Codex's own sandbox is off (the task container is the sandbox), as are its web
-search, update check and analytics. The model's turns are capped by the capture proxy's
-session, not here; the wall time by the budget.
+search, update check and analytics. Codex holds no key: the relay's target is a
+:class:`.keyed_port.KeyedPort`, which adds the session's key to each request on the server's
+side, so nothing in the container can read it. The model's turns are capped by the capture
+proxy's session, not here; the wall time by the budget.
 """
 
 from __future__ import annotations
@@ -31,12 +33,12 @@ from harbor_openenv.sandbox.base import Sandbox
 from harbor_openenv.sandbox.errors import SandboxError
 
 from .base import HarnessError, HarnessResult, HarnessRun
+from .keyed_port import KeyedPort
 
 HOME = "/opt/harbor-openenv/codex"  # in the container: bin/codex, path/ (rg), home/ (1777)
 PORT = 4180  # the relayed port inside the container
 LOG_BYTES = 64 << 10  # the tail of codex's output a result keeps
 _TRIPLES = {"x86_64": "x86_64-unknown-linux-musl", "aarch64": "aarch64-unknown-linux-musl"}
-_KEY_VARIABLE = "HARBOR_OPENENV_MODEL_KEY"
 # Its CODEX_HOME: one per uid, in a sticky folder, off /tmp (Codex refuses to make its helper
 # links under a temporary folder); its PATH gets the package's own ripgrep.
 _LAUNCH = (
@@ -74,11 +76,13 @@ class Codex:
         sandbox = run.sandbox
         try:
             self.install(sandbox)
-            with sandbox.relay(self.port, _target(run.model.base_url)):
+            with (
+                KeyedPort(_target(run.model.base_url), run.model.api_key) as target,
+                sandbox.relay(self.port, target),
+            ):
                 result = sandbox.exec(
                     _LAUNCH,
                     args=tuple(self.argv(run)),
-                    env={_KEY_VARIABLE: run.model.api_key},
                     user=run.user,
                     workdir=run.workdir,
                     timeout_s=run.budget.timeout_s,
@@ -105,7 +109,6 @@ class Codex:
             "name": "harbor-openenv",
             "base_url": f"http://127.0.0.1:{self.port}{path}",
             "wire_api": "responses",
-            "env_key": _KEY_VARIABLE,
             "request_max_retries": 1,
             "stream_max_retries": 1,
             "stream_idle_timeout_ms": max(1000, round(run.budget.timeout_s * 1000)),
