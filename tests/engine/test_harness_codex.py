@@ -2,7 +2,8 @@
 installed offline from its npm pack, reaches a scripted vLLM-like model through the relay and
 OpenEnv's capture proxy, performs the scripted fix and the fixture task's verifier passes; a
 model that never answers gives "timeout", one that fails gives "crashed", each with an error.
-Through a real server, the rollout action runs it on a no-network task and grades it."""
+Through a real server, the rollout action runs it on a no-network task (from the helper's volume,
+where the server put it) and grades it."""
 
 from __future__ import annotations
 
@@ -121,7 +122,10 @@ def test_a_rollout_of_codex_on_a_no_network_task_through_the_server(codex_packag
     (task / "task.toml").write_text(
         toml.replace("[environment]\n", '[environment]\nnetwork_mode = "no-network"\n')
     )
-    script = [Call("ls /sys/class/net; echo 42 > answer.txt"), Say("I wrote 42 into answer.txt.")]
+    script = [
+        Call("ls /sys/class/net; ls /opt/harbor-openenv/codex; echo 42 > answer.txt"),
+        Say("I wrote 42 into answer.txt."),
+    ]
     server = Server(tmp_path / "tasks", HARBOR_OPENENV_CODEX_PACKAGE=str(codex_package))
     try:
         with ScriptedModel(script) as model, server.client() as env:
@@ -137,6 +141,8 @@ def test_a_rollout_of_codex_on_a_no_network_task_through_the_server(codex_packag
     captured = answer.info["rollout"]
     assert captured["harness"] == "codex" and captured["status"] == "completed", captured
     assert len(captured["turns"]) == 2 and all(t["completion_token_ids"] for t in captured["turns"])
-    # what the command saw, sent back to the model: loopback only, no network interface
+    # what the command saw, sent back to the model: loopback only, no network interface; and
+    # codex ran from the helper's volume (the server put it there once), nothing uploaded but
+    # its home
     (seen,) = [m["content"] for m in requests[1]["messages"] if m.get("role") == "tool"]
-    assert seen.split("Output:", 1)[1].split() == ["lo"], seen
+    assert seen.split("Output:", 1)[1].split() == ["lo", "home"], seen

@@ -46,7 +46,7 @@ def test_a_head_it_cannot_read_is_refused(head):
 
 @pytest.fixture
 def upstream():
-    """An HTTP server on 127.0.0.1 that answers each request with the headers it got."""
+    """An HTTP server on 127.0.0.1 that keeps the headers of each request it answers."""
     seen: list[dict[str, str]] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -60,6 +60,8 @@ def upstream():
             headers = {k.lower(): v for k, v in self.headers.items()}
             seen.append({**headers, "body": body.decode(), "peer": str(self.client_address)})
             self.send_response(200)
+            if self.close_connection:  # as uvicorn (h11) answers a request that says close
+                self.send_header("Connection", "close")
             self.send_header("Content-Length", "2")
             self.end_headers()
             self.wfile.write(b"ok")

@@ -5,6 +5,7 @@ the server's helper volume mounted read-only."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import docker
 
@@ -20,12 +21,19 @@ from .spec import ComposeSpec, ContainerSpec
 
 class DockerBackend:
     """Starts a server's environments on its engine (``client``, connected on first use), labelled
-    with its ``owner``; makes the helper's volume once."""
+    with its ``owner``; makes the helper's volume once (with ``extras``' files: see
+    :class:`.HelperVolume`)."""
 
-    def __init__(self, client: Callable[[], docker.DockerClient], *, owner: str) -> None:
+    def __init__(
+        self,
+        client: Callable[[], docker.DockerClient],
+        *,
+        owner: str,
+        extras: Callable[[str], Path | None] | None = None,
+    ) -> None:
         self._client = client
         self.owner = owner
-        self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: owner})
+        self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: owner}, extras)
 
     def helper_volume(self, image: str) -> str:
         """The server's volume holding the in-container helper (made on first use)."""
