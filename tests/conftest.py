@@ -20,6 +20,8 @@ from _server import (
     BASE_IMAGES,
     CACHE,
     CHANNEL_VARIABLE,
+    CODEX_PLATFORMS,
+    CODEX_VERSION,
     FIXTURE_TASKS,
     ROOT,
     Server,
@@ -176,6 +178,25 @@ def _fill_wheels(folder: Path, runtime_wheel: Path) -> None:
         sdists = [p.name for p in folder.iterdir() if not p.name.endswith((".whl", ".complete"))]
         assert not sdists, f"only wheels install offline without build tools: {sdists}"
         (folder / ".complete").touch()
+
+
+@pytest.fixture(scope="session")
+def codex_package(docker_client) -> Path:
+    """The npm pack of Codex's build for the engine's architecture, fetched once into .cache
+    (about 170 MB; one fetcher at a time)."""
+    platform = CODEX_PLATFORMS[docker_client.info()["Architecture"]]
+    CACHE.mkdir(exist_ok=True)
+    pack = CACHE / f"openai-codex-{CODEX_VERSION}-{platform}.tgz"
+    with open(CACHE / "codex.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not pack.exists():
+            subprocess.run(
+                ["npm", "pack", "--silent", f"@openai/codex@{CODEX_VERSION}-{platform}"],
+                cwd=CACHE,
+                check=True,
+                capture_output=True,
+            )
+    return pack
 
 
 # -- pytest-xdist ----------------------------------------------------------------------------------

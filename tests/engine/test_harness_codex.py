@@ -2,20 +2,19 @@
 installed offline from its npm pack, reaches a scripted vLLM-like model through the relay and
 OpenEnv's capture proxy, performs the scripted fix and the fixture task's verifier passes; a
 model that never answers gives "timeout", one that fails gives "crashed", each with an error.
-Through a real server, the rollout action runs it on a no-network task and grades it."""
+Through a real server, the rollout action runs it on a no-network task (from the helper's volume,
+where the server put it) and grades it."""
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
 import shutil
-import subprocess
 import tarfile
 
 import pytest
 from _model import Call, Say, ScriptedModel, capture_proxy
-from _server import CACHE, FIXTURE_TASKS, Server
+from _server import FIXTURE_TASKS, Server
 
 from harbor_openenv.harness.base import Budget, HarnessRun, ModelEndpoint
 from harbor_openenv.harness.codex import Codex
@@ -25,27 +24,7 @@ from harbor_openenv.sandbox.spec import ContainerSpec
 
 pytestmark = pytest.mark.docker
 
-VERSION = "0.171.0"  # @openai/codex, its per-platform builds
 TASK = FIXTURE_TASKS / "edit-file"  # "Write the number 42 into answer.txt"
-PLATFORMS = {"x86_64": "linux-x64", "aarch64": "linux-arm64"}
-
-
-@pytest.fixture(scope="module")
-def codex_package(docker_client):
-    """The npm pack of Codex's build for the engine's architecture, fetched once into .cache."""
-    platform = PLATFORMS[docker_client.info()["Architecture"]]
-    CACHE.mkdir(exist_ok=True)
-    pack = CACHE / f"openai-codex-{VERSION}-{platform}.tgz"
-    with open(CACHE / "codex.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not pack.exists():
-            subprocess.run(
-                ["npm", "pack", "--silent", f"@openai/codex@{VERSION}-{platform}"],
-                cwd=CACHE,
-                check=True,
-                capture_output=True,
-            )
-    return pack
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +122,10 @@ def test_a_rollout_of_codex_on_a_no_network_task_through_the_server(codex_packag
     (task / "task.toml").write_text(
         toml.replace("[environment]\n", '[environment]\nnetwork_mode = "no-network"\n')
     )
-    script = [Call("ls /sys/class/net; echo 42 > answer.txt"), Say("I wrote 42 into answer.txt.")]
+    script = [
+        Call("ls /sys/class/net; ls /opt/harbor-openenv/codex; echo 42 > answer.txt"),
+        Say("I wrote 42 into answer.txt."),
+    ]
     server = Server(tmp_path / "tasks", HARBOR_OPENENV_CODEX_PACKAGE=str(codex_package))
     try:
         with ScriptedModel(script) as model, server.client() as env:
@@ -159,6 +141,8 @@ def test_a_rollout_of_codex_on_a_no_network_task_through_the_server(codex_packag
     captured = answer.info["rollout"]
     assert captured["harness"] == "codex" and captured["status"] == "completed", captured
     assert len(captured["turns"]) == 2 and all(t["completion_token_ids"] for t in captured["turns"])
-    # what the command saw, sent back to the model: loopback only, no network interface
+    # what the command saw, sent back to the model: loopback only, no network interface; and
+    # codex ran from the helper's volume (the server put it there once), nothing uploaded but
+    # its home
     (seen,) = [m["content"] for m in requests[1]["messages"] if m.get("role") == "tool"]
-    assert seen.split("Output:", 1)[1].split() == ["lo"], seen
+    assert seen.split("Output:", 1)[1].split() == ["lo", "home"], seen

@@ -1,8 +1,9 @@
 """A hostile agent through the rollout path: the scripted model (the one double) makes the real
-harness plant rewards, hunt for secrets and reach for the server. The stop before grading and the
+harness plant rewards, hunt for secrets and reach for the server, with both kinds of harness:
+mini-swe-agent beside the container and codex inside it. The stop before grading and the
 verifier decide the reward, as for evaluate; nothing the container can read holds the
-orchestration token, the trainer's key or the harness's session key; the server's port is out of
-the container's reach."""
+orchestration token, the trainer's key or the harness's session key (codex's calls get it on the
+server's side, from the keyed port); the server's port is out of the container's reach."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import base64
 import json
 
 import pytest
+from _model import Call, Say
+from _model import ScriptedModel as CodexModel
 from _scripted_model import SUBMIT, ScriptedModel
 from _server import TOKEN, Server
 
@@ -38,21 +41,24 @@ def tasks(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def srv(docker_client, tasks):
-    server = Server(tasks)
+def srv(docker_client, tasks, codex_package):
+    server = Server(tasks, HARBOR_OPENENV_CODEX_PACKAGE=str(codex_package))
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="module")
 def model(srv):
-    reach = (
+    scripts = {"plant": [PLANT, SUBMIT], "hunt": [HUNT, reach_server(srv), SUBMIT]}
+    with ScriptedModel(scripts) as scripted:
+        yield scripted
+
+
+def reach_server(srv) -> str:
+    return (
         f"(exec 3<>/dev/tcp/127.0.0.1/{srv.port}) 2>/dev/null && echo REACHED-SERVER"
         " || echo server-unreachable"
     )
-    scripts = {"plant": [PLANT, SUBMIT], "hunt": [HUNT, reach, SUBMIT]}
-    with ScriptedModel(scripts) as scripted:
-        yield scripted
 
 
 def rollout(srv, model, task, script):
@@ -96,4 +102,55 @@ def test_the_container_holds_no_secret_and_cannot_reach_the_server(srv, model, t
     # the trainer's key reaches the trainer's endpoint, the session key never does
     auth = {h.get("authorization") for h in model.headers[-3:]}
     assert auth == {f"Bearer {TRAINER_KEY}"}
+    assert TRAINER_KEY not in json.dumps(answer.model_dump())
+
+
+def codex_rollout(srv, task, script):
+    """A codex rollout on ``task`` whose model answers ``script``: the answer and the model."""
+    with CodexModel(script) as model, srv.client() as env:
+        env.reset(task_id=task)
+        answer = env.rollout(
+            "codex",
+            base_url=model.base_url,
+            model="scripted",
+            api_key=TRAINER_KEY,
+            max_turns=5,
+            timeout_s=180,
+        ).observation
+    return answer, model
+
+
+def tool_outputs(model) -> str:
+    """What the harness sent back to the model as its commands' output."""
+    return " ".join(
+        str(m.get("content")) for r in model.requests for m in r["messages"] if m["role"] == "tool"
+    )
+
+
+@pytest.mark.parametrize("task", ["grade", "grade-nobody"])
+def test_a_reward_codex_planted_does_not_count(srv, task):
+    answer, model = codex_rollout(srv, task, [Call(PLANT), Say("Done.")])
+    assert answer.info["rollout"]["status"] == "completed", answer.error
+    if task == "grade":  # root: the planter ran (nobody may not write /logs/verifier at all)
+        assert '"reward": 1}' in tool_outputs(model), tool_outputs(model)
+    assert (answer.reward, answer.error) == (0.0, None), answer
+
+
+@pytest.mark.parametrize("task", ["grade", "grade-nobody"])
+def test_codex_inside_finds_no_secret_and_cannot_reach_the_server(srv, task):
+    script = [Call(HUNT + "; echo HUNT-END"), Call(reach_server(srv)), Say("Done.")]
+    answer, model = codex_rollout(srv, task, script)
+    session_key = answer.info["rollout"]["session_id"]
+    assert answer.info["rollout"]["status"] == "completed", answer.error
+    outputs = tool_outputs(model)
+    assert "server-unreachable" in outputs and "REACHED-SERVER" not in outputs
+    # the hunt's whole output came back: codex's own process and its environment among it
+    assert "HUNT-END" in outputs and "CODEX_HOME=" in outputs and "codex exec" in outputs
+    assert "omitted" not in outputs and "truncated" not in outputs.lower(), outputs
+    assert ("uid=65534(nobody)" if task == "grade-nobody" else "uid=0(root)") in outputs
+    seen = json.dumps(model.requests)
+    for secret in (TOKEN, TRAINER_KEY, session_key):
+        assert secret not in seen
+    # the trainer's key reaches the trainer's endpoint, the session key never does
+    assert {h.get("authorization") for h in model.headers} == {f"Bearer {TRAINER_KEY}"}
     assert TRAINER_KEY not in json.dumps(answer.model_dump())

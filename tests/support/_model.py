@@ -11,7 +11,9 @@ tool; :class:`Say`: a final message), one per model call, in two dialects:
   when the request streams, else one JSON response.
 
 ``mode`` makes it misbehave: ``"hang"`` accepts each request and never answers, ``"crash"``
-answers 500. Every request body is kept (:attr:`ScriptedModel.requests`). :func:`capture_proxy`
+answers 500. Every request body is kept (:attr:`ScriptedModel.requests`), and the token ids of
+each chat answer to them (:attr:`ScriptedModel.sent`), and every request's headers
+(:attr:`ScriptedModel.headers`). :func:`capture_proxy`
 serves OpenEnv's capture proxy in front of it, as a rollout would.
 """
 
@@ -84,6 +86,8 @@ class ScriptedModel:
         self.mode = mode
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.sent: list[dict[str, list[int]]] = []  # prompt_token_ids, completion_token_ids
+        self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -133,6 +137,11 @@ class ScriptedModel:
             message["content"] = turn.text
             finish = "stop"
         completion = _ids(json.dumps(message, sort_keys=True))
+        if body["messages"][0].get("role") == "system":  # a kept turn, not the proxy's probe
+            with self._lock:
+                self.sent.append(
+                    {"prompt_token_ids": _ids(prompt), "completion_token_ids": completion}
+                )
         return {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
@@ -218,6 +227,8 @@ class ScriptedModel:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with model._lock:
+                    model.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if model.mode == "hang":
                     model._next(body)
                     model._stop.wait()

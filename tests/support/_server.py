@@ -12,6 +12,8 @@ from harbor_openenv.client import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
+CODEX_VERSION = "0.171.0"  # @openai/codex, whose per-platform builds the codex tests fetch
+CODEX_PLATFORMS = {"x86_64": "linux-x64", "aarch64": "linux-arm64"}  # npm's name per engine arch
 FIXTURE_TASKS = ROOT / "tests" / "fixtures" / "tasks"
 TOKEN = "test-orchestration-token"
 # The stand-in base images the fixture Dockerfiles start FROM; .ci/standin-images.sh builds them

@@ -28,6 +28,7 @@ import httpx
 import pytest
 import yaml
 from _remote import remote_engine
+from _server import CODEX_PLATFORMS, CODEX_VERSION
 from _template_helpers import REPO, commit_all, git
 
 pytestmark = pytest.mark.docker
@@ -141,11 +142,13 @@ def checkout(tmp_path) -> Path:
     return clone
 
 
-def render(checkout: Path, port: int, name: str) -> Path:
-    """README.md's first command, as written, plus the copier answers for port and name."""
+def render(checkout: Path, port: int, name: str, *answers: str) -> Path:
+    """README.md's first command, as written, plus the copier answers for port and name (and
+    ``answers``, each NAME=VALUE)."""
     first = readme_block((REPO / "README.md").read_text(), "render").splitlines()[0]
     assert first.startswith("$ ") and '"$PWD"' in first and "scripts/copy" in first
     command = first[2:] + f" -d port={port} -d env_name={name}"
+    command += "".join(f" -d {answer}" for answer in answers)
     output = shell(command, cwd=checkout)
     assert "not a published release: built harbor_openenv-" in output
     env = checkout.parent / "example-env"
@@ -328,3 +331,81 @@ def test_remote_route_with_no_socket(checkout, docker_client):
         assert engine.client.volumes.list(filters=ours) == [], output
         built = [i for i in engine.client.images.list() if "debian:bookworm-slim" not in i.tags]
         assert built, "the task's image was not built on the remote engine"
+
+
+def rollout_snippet(readme: str, port: int, harness: str, base_url: str) -> str:
+    """The rendered README's rollout call with the user's task, harness and endpoint."""
+    snippet = readme_block(readme, "rollout")
+    assert f'"http://localhost:{port}"' in snippet and TASK_PLACEHOLDER in snippet
+    for old, new in (
+        (TASK_PLACEHOLDER, '"hello-world"'),
+        ('"mini-swe-agent",  # or "codex"', f'"{harness}",'),
+        ('"http://127.0.0.1:8001/v1"', f'"{base_url}"'),
+        ('model="my-model"', 'model="scripted"'),
+        ("timeout_s=900", "timeout_s=240"),
+    ):
+        assert old in snippet, old
+        snippet = snippet.replace(old, new)
+    return snippet
+
+
+def test_harness_rollouts_route(checkout, docker_client, monkeypatch):
+    """The rendered README's "Harness rollouts", for a repo rendered with the answer: wheels/
+    filled and the image built offline (it carries mini-swe-agent), codex fetched into codex/ and
+    mounted as its run block says; over the server's WebSocket the README's rollout call, with
+    the scripted vLLM-like model (tests/support/_model.py), fixes hello-world with each harness:
+    reward 1.0, and the answer's token ids are the ones the model sent, turn by turn."""
+    from _model import Call, Say, ScriptedModel
+
+    port, name = free_port(), f"road-{uuid.uuid4().hex[:8]}-harness-env"
+    env = render(checkout, port, name, "harness_rollouts=true")
+    readme = (env / "README.md").read_text()
+    assert '"harbor-openenv[server,harness]==' in (env / "pyproject.toml").read_text()
+    started = time.monotonic()
+    output = shell(readme_block(readme, "build-offline"), cwd=env)
+    assert "installed from wheels/ only" in output
+    assert list((env / "wheels").glob("mini_swe_agent-*.whl"))
+    built = time.monotonic() - started
+
+    fetch, *run = readme_block(readme, "codex").splitlines()
+    assert fetch.startswith("bash scripts/fetch-codex codex ")
+    platform = CODEX_PLATFORMS[docker_client.info()["Architecture"]]
+    shell(f"bash scripts/fetch-codex codex {CODEX_VERSION}", env, CODEX_PLATFORMS=platform)
+    assert git("status", "--porcelain", cwd=env) == ""  # codex/ is git-ignored
+    run_block = "\n".join(run).replace("change-me", TOKEN)
+    assert f"-p {port}:{port}" in run_block
+    run_block = run_block.replace(f"-p {port}:{port}", "--network host")  # the documented option
+    server = subprocess.Popen(
+        ["bash", "-c", run_block], cwd=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    monkeypatch.setenv("HARBOR_OPENENV_ORCHESTRATION_TOKEN", TOKEN)
+    hello = "printf 'Hello, world!\\n' > hello.txt"
+    scripts = {
+        "mini-swe-agent": [Call(hello), Call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")],
+        "codex": [Call(hello), Say("I wrote hello.txt.")],
+    }
+    try:
+        assert wait_healthy(f"http://127.0.0.1:{port}"), "the server did not come up"
+        for harness, script in scripts.items():
+            with ScriptedModel(script) as model:
+                scope: dict = {}
+                exec(rollout_snippet(readme, port, harness, model.base_url), scope)
+                sent = list(model.sent)
+            result = scope["result"]
+            captured = result.observation.info["rollout"]
+            assert result.observation.error is None, (harness, result.observation.error)
+            assert (result.reward, captured["harness"]) == (1.0, harness), captured
+            turns = [
+                {k: t[k] for k in ("prompt_token_ids", "completion_token_ids")}
+                for t in captured["turns"]
+            ]
+            assert turns == sent and len(sent) == 2, harness
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        remove_containers_of(name)
+        subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)
+    print(f"harness route: fill + offline build {built:.0f} s, all {time.monotonic() - started:.0f} s")

@@ -178,6 +178,10 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
     # no ignore rule reaches into tasks/ (the last line re-includes it; test_e2e_image commits,
     # clones and builds a dataset holding every ignored pattern)
     assert gitignore[-1] == "!/tasks/**" and dockerignore[-1] == "!tasks/**"
+    # the codex harness's builds are mounted at run time, never committed nor built in
+    assert "/codex/" in gitignore and "codex" in dockerignore
+    assert (project / "scripts" / "fetch-codex").stat().st_mode & 0o111
+    assert answers["harness_rollouts"] is False and "does not carry it" in readme
     assert not list(project.rglob("__pycache__"))
     rendered = [p for p in project.rglob("*") if "tasks" not in p.relative_to(project).parts]
     assert not [p for p in rendered if p.name.endswith(".jinja")]

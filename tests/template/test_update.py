@@ -159,6 +159,24 @@ def test_explicit_pin_stays_and_can_be_changed_during_an_update(template, tmp_pa
     assert "runtime_pin: harbor-openenv==0.2.0" in (repo / ".copier-answers.yml").read_text()
 
 
+def test_the_harness_answer_is_given_by_an_update_and_carried_by_the_next(template, tmp_path):
+    """An environment rendered before the question existed answers it during an update
+    (``-d harness_rollouts=true``): its runtime requirement gains the harness extra, and a later
+    update with no answers keeps it (.copier-answers.yml has it)."""
+    repo = render_old(template, tmp_path / "env", 8000)
+    result = update(repo, "-d", "harness_rollouts=true")
+    assert result.returncode == 0, result.stdout + result.stderr
+    extra = f'"harbor-openenv[server,harness]=={RUNTIME_VERSION}",'
+    assert extra in (repo / "pyproject.toml").read_text()
+    assert "harness_rollouts: true" in (repo / ".copier-answers.yml").read_text()
+    assert "This image carries it" in (repo / "README.md").read_text()
+    commit_all(repo, "harness rollouts")
+    result = update(repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert extra in (repo / "pyproject.toml").read_text()
+    assert "harness_rollouts: true" in (repo / ".copier-answers.yml").read_text()
+
+
 def test_a_real_conflict_is_reported_as_a_failure(template, tmp_path):
     repo = render_old(template, tmp_path / "env", 8000)
     pyproject = (repo / "pyproject.toml").read_text()

@@ -12,7 +12,7 @@ import pytest
 
 from harbor_openenv.config import Settings
 from harbor_openenv.harness.base import Budget, HarnessError, HarnessRun, ModelEndpoint
-from harbor_openenv.harness.codex import Codex, _failure, _sources
+from harbor_openenv.harness.codex import HOME, MOUNTED, Codex, _failure, _sources
 from harbor_openenv.sandbox.memory import MemorySandbox
 from harbor_openenv.sandbox.result import ExecResult
 
@@ -64,7 +64,8 @@ def test_the_command_points_codex_at_the_relayed_port_only(tmp_path):
     assert 'model_providers.harbor-openenv.base_url="http://127.0.0.1:4999/v1"' in config
     assert 'model_providers.harbor-openenv.wire_api="responses"' in config
     assert "8100" not in " ".join(argv)  # the server's side stays on the server's side
-    assert "s123" not in " ".join(argv)  # the key travels in the environment
+    assert "s123" not in " ".join(argv)  # codex holds no key: the keyed port adds it
+    assert not [item for item in config if "env_key" in item]
 
 
 def test_codex_failures_are_read_from_its_json_events():
@@ -79,7 +80,7 @@ def test_a_backend_without_a_relay_gives_a_crashed_result(tmp_path):
     (tmp_path / TRIPLE / "bin" / "codex").write_bytes(b"codex")
 
     def handler(command, user, env, workdir):
-        return ExecResult(0, "x86_64\n" if command == "uname -m" else "")
+        return ExecResult(0, "x86_64\n" if command.startswith("uname -m") else "")
 
     sandbox = MemorySandbox(handler)
     result = Codex(tmp_path).run(run_of(sandbox))
@@ -90,3 +91,28 @@ def test_a_backend_without_a_relay_gives_a_crashed_result(tmp_path):
 def test_an_unset_package_is_named():
     with pytest.raises(HarnessError, match="HARBOR_OPENENV_CODEX_PACKAGE"):
         Codex.from_settings(Settings())
+
+
+def test_codex_in_the_helpers_volume_is_used_as_it_is(tmp_path):
+    """A container whose helper volume holds codex gets no upload, only codex's sticky home;
+    one without gets the upload into HOME. The volume's archive names codex/ and no home."""
+    (tmp_path / TRIPLE / "bin").mkdir(parents=True)
+    (tmp_path / TRIPLE / "bin" / "codex").write_bytes(b"codex")
+    commands = []
+
+    def handler(command, user, env, workdir):
+        commands.append(command)
+        return ExecResult(0, "x86_64\nmounted\n" if command.startswith("uname -m") else "")
+
+    sandbox = MemorySandbox(handler)
+    assert Codex(tmp_path).install(sandbox) == MOUNTED == "/.harbor-openenv/codex"
+    assert sandbox.files == {} and "chmod 1777 /opt/harbor-openenv/codex/home" in commands[-1]
+    argv = Codex(tmp_path).argv(run_of(sandbox), MOUNTED)
+    assert argv[0] == f"{MOUNTED}/bin/codex"
+
+    bare = MemorySandbox(lambda command, user, env, workdir: ExecResult(0, "x86_64\n"))
+    assert Codex(tmp_path).install(bare) == HOME
+    assert bare.files[f"{HOME}/bin/codex"] == b"codex"
+    codex = Codex(tmp_path)  # its archives live as long as it does
+    with tarfile.open(codex.volume_archive("x86_64")) as tar:
+        assert tar.getnames() == ["codex/bin/codex"]

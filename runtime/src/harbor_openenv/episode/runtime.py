@@ -28,6 +28,7 @@ from harbor_openenv.episode.fork import Forks
 from harbor_openenv.episode.metrics import Metrics, Snapshot
 from harbor_openenv.episode.pool import ContainerPool
 from harbor_openenv.episode.record import Recorder
+from harbor_openenv.harness.base import HarnessError
 from harbor_openenv.harness.capture import CaptureProxy
 from harbor_openenv.images.lock import LOCK_NAME, LockedImage, read_lock, stale_pin
 from harbor_openenv.images.resolver import ImageError, ImageResolver, verifier_source
@@ -114,7 +115,7 @@ class Runtime:
         self.backend: Backend = backend or (
             self._harbor_backend()
             if self.harbor
-            else DockerBackend(lambda: self.docker, owner=self.owner)
+            else DockerBackend(lambda: self.docker, owner=self.owner, extras=self._codex_volume())
             if self.engines is None
             else _Placed()
         )
@@ -182,7 +183,10 @@ class Runtime:
             return OnEngine(
                 ImageResolver(client, build_network=settings.build_network),
                 DockerBackend(
-                    lambda: client, owner=self.owner, environ=engine_environ(one.url, os.environ)
+                    lambda: client,
+                    owner=self.owner,
+                    environ=engine_environ(one.url, os.environ),
+                    extras=self._codex_volume(),
                 ),
             )
 
@@ -537,6 +541,26 @@ class Runtime:
             self._removals.submit(remove)
         except RuntimeError:  # shutting down: no new background work
             remove()
+
+    def _codex_volume(self) -> Callable[[str], Path | None] | None:
+        """With ``HARBOR_OPENENV_CODEX_PACKAGE`` set, what puts codex into the helper's volume
+        (once per server, mounted read-only everywhere: a codex rollout then uploads nothing).
+        A package without the engine's build puts nothing there: a codex rollout then says why."""
+        package = self.settings.codex_package
+        if package is None:
+            return None
+        from harbor_openenv.harness.codex import Codex
+
+        codex = Codex(package)
+
+        def archive(machine: str) -> Path | None:
+            try:
+                return codex.volume_archive(machine)
+            except HarnessError as exc:
+                log.warning("codex is not in the helper's volume: %s", exc)
+                return None
+
+        return archive
 
     def capture(self) -> CaptureProxy:
         """The server's one capture proxy (127.0.0.1, a free port), started on first use."""

@@ -9,8 +9,10 @@ reads it from a cache on the server's side (``HARBOR_OPENENV_CODEX_PACKAGE``, wh
 URL is the relayed port, ``http://127.0.0.1:PORT/v1`` inside, and whose wire API is the
 Responses API (the only one Codex speaks; the capture proxy turns it into chat completions
 upstream). Codex's own sandbox is off (the task container is the sandbox), as are its web
-search, update check and analytics. The model's turns are capped by the capture proxy's
-session, not here; the wall time by the budget.
+search, update check and analytics. Codex holds no key: the relay's target is a
+:class:`.keyed_port.KeyedPort`, which adds the session's key to each request on the server's
+side, so nothing in the container can read it. The model's turns are capped by the capture
+proxy's session, not here; the wall time by the budget.
 """
 
 from __future__ import annotations
@@ -27,22 +29,30 @@ from typing import IO, Literal
 from urllib.parse import urlsplit
 
 from harbor_openenv.config import Settings
+from harbor_openenv.helper import MOUNT_DIR
 from harbor_openenv.sandbox.base import Sandbox
 from harbor_openenv.sandbox.errors import SandboxError
 
 from .base import HarnessError, HarnessResult, HarnessRun
+from .keyed_port import KeyedPort
 
 HOME = "/opt/harbor-openenv/codex"  # in the container: bin/codex, path/ (rg), home/ (1777)
 PORT = 4180  # the relayed port inside the container
 LOG_BYTES = 64 << 10  # the tail of codex's output a result keeps
 _TRIPLES = {"x86_64": "x86_64-unknown-linux-musl", "aarch64": "aarch64-unknown-linux-musl"}
-_KEY_VARIABLE = "HARBOR_OPENENV_MODEL_KEY"
-# Its CODEX_HOME: one per uid, in a sticky folder, off /tmp (Codex refuses to make its helper
-# links under a temporary folder); its PATH gets the package's own ripgrep.
-_LAUNCH = (
-    f'export CODEX_HOME="{HOME}/home/$(id -u)" PATH="{HOME}/path:$PATH"'
-    ' && mkdir -p "$CODEX_HOME" && exec "$@" </dev/null'
-)
+# Where the helper's volume holds codex when the server put it there (codex_volume_archive):
+# mounted read-only into every container, so a rollout uploads nothing.
+MOUNTED = f"{MOUNT_DIR}/codex"
+
+
+def _launch(codex: str) -> str:
+    """The shell line before ``codex exec``: its CODEX_HOME one per uid, in a sticky folder off
+    /tmp (Codex refuses to make its helper links under a temporary folder); its PATH gets the
+    package's own ripgrep."""
+    return (
+        f'export CODEX_HOME="{HOME}/home/$(id -u)" PATH="{codex}/path:$PATH"'
+        ' && mkdir -p "$CODEX_HOME" && exec "$@" </dev/null'
+    )
 
 
 class Codex:
@@ -73,12 +83,14 @@ class Codex:
         time is up."""
         sandbox = run.sandbox
         try:
-            self.install(sandbox)
-            with sandbox.relay(self.port, _target(run.model.base_url)):
+            codex = self.install(sandbox)
+            with (
+                KeyedPort(_target(run.model.base_url), run.model.api_key) as target,
+                sandbox.relay(self.port, target),
+            ):
                 result = sandbox.exec(
-                    _LAUNCH,
-                    args=tuple(self.argv(run)),
-                    env={_KEY_VARIABLE: run.model.api_key},
+                    _launch(codex),
+                    args=tuple(self.argv(run, codex)),
                     user=run.user,
                     workdir=run.workdir,
                     timeout_s=run.budget.timeout_s,
@@ -98,14 +110,14 @@ class Codex:
             "crashed", error=failure or f"codex exited with code {result.exit_code}", log=log
         )
 
-    def argv(self, run: HarnessRun) -> list[str]:
-        """``codex exec`` with its model provider on the relayed port."""
+    def argv(self, run: HarnessRun, codex: str = HOME) -> list[str]:
+        """``codex exec`` (from the folder ``codex``) with its model provider on the relayed
+        port."""
         path = urlsplit(run.model.base_url).path.rstrip("/")
         provider = {
             "name": "harbor-openenv",
             "base_url": f"http://127.0.0.1:{self.port}{path}",
             "wire_api": "responses",
-            "env_key": _KEY_VARIABLE,
             "request_max_retries": 1,
             "stream_max_retries": 1,
             "stream_idle_timeout_ms": max(1000, round(run.budget.timeout_s * 1000)),
@@ -121,7 +133,7 @@ class Codex:
             "analytics.enabled=false",
         ]
         return [
-            f"{HOME}/bin/codex",
+            f"{codex}/bin/codex",
             "exec",
             "--dangerously-bypass-approvals-and-sandbox",
             "--skip-git-repo-check",
@@ -132,31 +144,48 @@ class Codex:
             run.instruction,
         ]
 
-    def install(self, sandbox: Sandbox) -> None:
-        """Upload the binary for the container's architecture into :data:`HOME` (root's, 0755)."""
-        machine = sandbox.exec_root("uname -m").output.strip()
+    def install(self, sandbox: Sandbox) -> str:
+        """Codex's folder in the container: :data:`MOUNTED`, when the helper's volume holds it
+        (then only its sticky home is made), else :data:`HOME`, where the binary for the
+        container's architecture is uploaded (root's, 0755)."""
+        probe = f"uname -m; test -x {MOUNTED}/bin/codex && echo mounted"
+        machine, *mounted = sandbox.exec_root(probe).output.split()
+        if mounted == ["mounted"]:
+            made = sandbox.exec_root(f"mkdir -p {HOME}/home && chmod 1777 {HOME}/home")
+            if made.exit_code != 0:
+                raise HarnessError(f"cannot make codex's home: {made.output.strip()}")
+            return MOUNTED
         with open(self._archive(machine), "rb") as archive:
             sandbox.import_archive(HOME, archive)
+        return HOME
 
-    def _archive(self, machine: str) -> Path:
-        """The install archive for ``machine``, made once in the harness's temporary folder
-        (removed with the harness, or at exit)."""
+    def volume_archive(self, machine: str) -> Path:
+        """A tar of ``codex/bin/codex`` (and ``codex/path/rg``) for ``machine``, to go into the
+        helper's volume once per server (:data:`MOUNTED` in every container); made once."""
+        return self._archive(machine, prefix="codex/")
+
+    def _archive(self, machine: str, prefix: str = "") -> Path:
+        """The install archive for ``machine`` (its names under ``prefix``; the upload's has the
+        sticky ``home`` too), made once in the harness's temporary folder (removed with the
+        harness, or at exit)."""
         with self._lock:
-            if machine not in self._archives:
+            key = prefix + machine
+            if key not in self._archives:
                 triple = _TRIPLES.get(machine)
                 if triple is None:
                     raise HarnessError(f"codex has no build for the container's {machine!r}")
-                target = self._scratch / f"{triple}.tar"
+                target = self._scratch / f"{prefix.strip('/') or 'install'}-{triple}.tar"
                 with tarfile.open(target, "w") as tar:
-                    home = tarfile.TarInfo("home")
-                    home.type, home.mode = tarfile.DIRTYPE, 0o1777
-                    tar.addfile(home)
+                    if not prefix:
+                        home = tarfile.TarInfo("home")
+                        home.type, home.mode = tarfile.DIRTYPE, 0o1777
+                        tar.addfile(home)
                     for name, source, size in _sources(self.package, triple):
-                        info = tarfile.TarInfo(name)
+                        info = tarfile.TarInfo(prefix + name)
                         info.size, info.mode = size, 0o755
                         tar.addfile(info, source)
-                self._archives[machine] = target
-            return self._archives[machine]
+                self._archives[key] = target
+            return self._archives[key]
 
 
 def _sources(package: Path, triple: str) -> Iterator[tuple[str, IO[bytes], int]]:

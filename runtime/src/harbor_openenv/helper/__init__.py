@@ -20,7 +20,9 @@ import io
 import tarfile
 import threading
 import uuid
+from collections.abc import Callable
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # docker-py only where a volume is made: the interface needs the paths alone
@@ -61,10 +63,15 @@ def mount(volume: str) -> Mount:
 
 
 class HelperVolume:
-    """A Docker volume holding the helper, made once per server on first use."""
+    """A Docker volume holding the helper, made once per server on first use. ``extras`` gives,
+    for the engine's architecture, a tar archive of more read-only files to put beside it (the
+    codex harness's binary), or None."""
 
-    def __init__(self, labels: dict[str, str]) -> None:
+    def __init__(
+        self, labels: dict[str, str], extras: Callable[[str], Path | None] | None = None
+    ) -> None:
         self._labels = labels
+        self._extras = extras
         self._lock = threading.Lock()
         self._name: str | None = None
 
@@ -80,7 +87,9 @@ class HelperVolume:
         import docker.errors
         from docker.types import Mount
 
-        data = binary(client.info().get("Architecture", ""))
+        architecture = client.info().get("Architecture", "")
+        data = binary(architecture)
+        extra = self._extras(_ARCHITECTURES[architecture]) if self._extras else None
         digest = hashlib.sha256(data).hexdigest()[:12]
         name = f"harbor-openenv-helper-{digest}-{uuid.uuid4().hex[:8]}"
         info = tarfile.TarInfo(contract.HELPER_NAME)
@@ -100,6 +109,9 @@ class HelperVolume:
             )
             try:
                 holder.put_archive("/helper", archive.getvalue())
+                if extra is not None:
+                    with open(extra, "rb") as stream:  # streamed: it may be large
+                        holder.put_archive("/helper", stream)
             finally:
                 holder.remove(force=True)
         except docker.errors.APIError as exc:

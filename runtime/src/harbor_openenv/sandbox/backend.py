@@ -5,6 +5,7 @@ the server's helper volume mounted read-only."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import docker
 
@@ -20,8 +21,9 @@ from .spec import ComposeSpec, ContainerSpec
 
 class DockerBackend:
     """Starts a server's environments on its engine (``client``, connected on first use), labelled
-    with its ``owner``; makes the helper's volume once. ``environ``: Docker's settings naming the
-    engine for the compose CLI (one of several engines; None: this process's own)."""
+    with its ``owner``; makes the helper's volume once (with ``extras``' files: see
+    :class:`.HelperVolume`). ``environ``: Docker's settings naming the engine for the compose CLI
+    (one of several engines; None: this process's own)."""
 
     def __init__(
         self,
@@ -29,11 +31,12 @@ class DockerBackend:
         *,
         owner: str,
         environ: Mapping[str, str] | None = None,
+        extras: Callable[[str], Path | None] | None = None,
     ) -> None:
         self._client = client
         self.owner = owner
         self.environ = environ
-        self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: owner})
+        self._helper = HelperVolume({LABEL: "1", LABEL_OWNER: owner}, extras)
 
     def helper_volume(self, image: str) -> str:
         """The server's volume holding the in-container helper (made on first use)."""

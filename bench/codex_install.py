@@ -1,0 +1,91 @@
+"""The codex harness's per-episode install: uploaded into each container (the archive made and
+sent through the engine) against read from the helper's volume (put there once per server,
+mounted read-only), in one run on one engine, from one package (``HARBOR_OPENENV_CODEX_PACKAGE``
+or ``--package``: a folder of scripts/fetch-codex, or an npm pack).
+
+Each repetition starts a fresh container of ``debian:bookworm-slim`` (network none) the way a
+server does and times ``Codex.install`` in it, then ``codex --version`` from where it landed; the
+volume's one-time fill is timed too. The upload's harness is a new ``Codex`` per episode, as the
+server's registry makes one per rollout (so its archive is made every time).
+
+    .venv/bin/python bench/codex_install.py --package .cache/openai-codex-0.171.0-linux-x64.tgz
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+import docker
+
+from harbor_openenv.harness.codex import Codex
+from harbor_openenv.sandbox import remove_containers
+from harbor_openenv.sandbox.backend import DockerBackend
+from harbor_openenv.sandbox.spec import ContainerSpec
+
+SPEC = ContainerSpec("debian:bookworm-slim", workdir="/work", network="none")
+
+
+def one(backend: DockerBackend, package: Path) -> tuple[float, float]:
+    """One episode: the install's seconds, and ``codex --version``'s (it ran from there)."""
+    sandbox = backend.start(SPEC, task_id="bench-codex")
+    try:
+        started = time.monotonic()
+        folder = Codex(package).install(sandbox)
+        installed = time.monotonic() - started
+        ran = sandbox.exec_root(f"{folder}/bin/codex --version")
+        assert ran.exit_code == 0 and "codex" in ran.output, ran.output
+        return installed, time.monotonic() - started - installed
+    finally:
+        sandbox.remove()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--package", type=Path, default=os.environ.get("HARBOR_OPENENV_CODEX_PACKAGE")
+    )
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    assert args.package, "give --package (or set HARBOR_OPENENV_CODEX_PACKAGE)"
+    client = docker.from_env(timeout=600)
+    owner = f"bench-codex-{uuid.uuid4().hex[:8]}"
+    uploads = DockerBackend(lambda: client, owner=owner)
+    codex = Codex(args.package)
+    mounted = DockerBackend(lambda: client, owner=owner, extras=codex.volume_archive)
+    try:
+        started = time.monotonic()
+        mounted.helper_volume(SPEC.image)
+        fill = time.monotonic() - started
+        uploads.helper_volume(SPEC.image)
+        times: dict[str, list[float]] = {"upload": [], "volume": []}
+        runs: dict[str, list[float]] = {"upload": [], "volume": []}
+        for _ in range(args.reps):
+            for name, backend in (("upload", uploads), ("volume", mounted)):
+                installed, ran = one(backend, args.package)
+                times[name].append(installed)
+                runs[name].append(ran)
+    finally:
+        remove_containers(client, owner=owner)
+    med = {name: statistics.median(values) for name, values in times.items()}
+    size = sum(p.stat().st_size for p in [codex.volume_archive(client.info()["Architecture"])])
+    print(f"codex package {args.package} ({size / 1e6:.0f} MB for this architecture)")
+    print(f"helper volume with codex, made once per server: {fill:.2f} s")
+    print(f"per-episode install, uploaded   {med['upload']:.2f} s (median of {args.reps})")
+    print(
+        f"per-episode install, from volume {med['volume']:.3f} s:"
+        f" {med['volume'] / med['upload']:.3f}x the upload"
+    )
+    print(
+        "codex --version after it:"
+        f" {statistics.median(runs['upload']):.2f} s uploaded,"
+        f" {statistics.median(runs['volume']):.2f} s from the volume"
+    )
+
+
+if __name__ == "__main__":
+    main()
