@@ -402,6 +402,12 @@ def _size_rw(client, container: str) -> int:
     return client.api._result(client.api._get(url, params={"size": 1}), True)["SizeRw"]
 
 
+def _newest(client, server: Server) -> dict:
+    """The server's most recently created container: the running episode's (an ended episode's
+    may still be being removed in the background)."""
+    return max(runtime_containers(client, server.owner_prefix), key=lambda c: c["Created"])
+
+
 def test_disk_use_is_bounded_by_default(docker_client, tasks):
     """Item 11: this engine (overlay2 on ext4) gives no quota, so the disk guard holds the
     limit: a task's storage_mb, else HARBOR_OPENENV_DISK_MB. Over it during grading, the guard
@@ -420,7 +426,7 @@ def test_disk_use_is_bounded_by_default(docker_client, tasks):
         with server.client() as env:  # a foreground write over the channel: never run again
             env.reset(task_id="grade")
             result = env.exec("head -c 4G /dev/zero > big")  # the periodic check stops it
-            (found,) = runtime_containers(docker_client, server.owner_prefix)
+            found = _newest(docker_client, server)
             size = _size_rw(docker_client, found["Id"])
             print(f"disk guard: a 4 GiB foreground write stopped at {size / 2**20:.0f} MB")
             assert "over its limit of 200 MB" in (result.observation.error or ""), result
@@ -430,7 +436,7 @@ def test_disk_use_is_bounded_by_default(docker_client, tasks):
             env.reset(task_id="grade")
             env.exec("setsid sh -c 'head -c 8G /dev/zero > big' </dev/null >/dev/null 2>&1 &")
             waited = env.exec("sleep 4")  # the guard stops every agent process, this one too
-            (found,) = runtime_containers(docker_client, server.owner_prefix)
+            found = _newest(docker_client, server)
             size = _size_rw(docker_client, found["Id"])
             print(f"disk guard: an 8 GiB background write stopped at {size / 2**20:.0f} MB")
             assert size < 4 << 30  # stopped long before its end (how far: the disk's speed)
