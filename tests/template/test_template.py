@@ -140,7 +140,8 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
     meta = front_matter(readme)
     assert meta["sdk"] == "docker" and meta["app_port"] == port and meta["pinned"] is False
     assert {"openenv", "harbor"} <= set(meta["tags"])
-    assert "cannot run Docker-in-Docker" in readme
+    assert "has no Docker engine of its own" in readme  # the Space case, and where it leads:
+    assert "(#on-a-space-or-any-host-without-docker)" in readme
     assert "from harbor_openenv.client import HarborEnvClient" in readme
 
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
