@@ -108,6 +108,8 @@ class Runtime:
                 f"{Settings.variable('pool_size')}={self.settings.pool_size}: Harbor's backends"
                 f" ({Settings.variable('backend')}={self.settings.backend}) have no warm pool"
             )
+        # What puts codex into each engine's helper volume: one, so its archive is made once.
+        self._codex = None if backend or self.harbor else self._codex_volume()
         # HARBOR_OPENENV_DOCKER_HOSTS: several engines, each episode placed on one of them.
         self.engines = (
             self._engine_set(max_sessions) if self.settings.docker_hosts and not backend else None
@@ -115,7 +117,7 @@ class Runtime:
         self.backend: Backend = backend or (
             self._harbor_backend()
             if self.harbor
-            else DockerBackend(lambda: self.docker, owner=self.owner, extras=self._codex_volume())
+            else DockerBackend(lambda: self.docker, owner=self.owner, extras=self._codex)
             if self.engines is None
             else _Placed()
         )
@@ -186,7 +188,7 @@ class Runtime:
                     lambda: client,
                     owner=self.owner,
                     environ=engine_environ(one.url, os.environ),
-                    extras=self._codex_volume(),
+                    extras=self._codex,
                 ),
             )
 
