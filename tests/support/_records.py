@@ -6,6 +6,7 @@ from pathlib import Path
 
 from harbor_openenv.config import Settings
 from harbor_openenv.episode.record import Recorder
+from harbor_openenv.tasks.reward import Failure
 
 NO_REWARD = (
     "the verifier wrote no reward: neither /logs/verifier/reward.json nor"
@@ -57,7 +58,7 @@ def record_episodes(rec: Recorder) -> dict[str, Path]:
     three.step(
         {"action_type": "exec", "command": "false"}, {"output": "", "exit_code": 1, "error": None}
     )
-    three.verified(None, None, {}, "test.sh: line 3: oops\n", NO_REWARD)
+    three.verified(None, None, {}, "test.sh: line 3: oops\n", NO_REWARD, Failure.NO_REWARD)
     three.finish()
     rec.flush()
     return {"single": one.trial_dir, "multi": two.trial_dir, "none": three.trial_dir}

@@ -19,6 +19,7 @@ from harbor_openenv.models import HarborAction
 from harbor_openenv.sandbox import Sandbox
 from harbor_openenv.sandbox.spec import ContainerSpec
 from harbor_openenv.server.environment import HarborEnvironment
+from harbor_openenv.tasks.reward import Failure
 from harbor_openenv.tasks.task import Task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -248,9 +249,12 @@ def test_multi_step_gate_skips_the_remaining_steps():
     env = HarborEnvironment(runtime)
     try:
         env.reset(task_id="multi-step")
+        episode = env._episode
         obs = act(env, "evaluate", token=TOKEN)
         assert obs.done and obs.reward == 0.0
         assert "the remaining steps are skipped" in obs.error
+        # a min_reward stop is the episode's, whatever its message says of rewards
+        assert episode.outcome.failure is Failure.EPISODE
     finally:
         runtime.shutdown()
 

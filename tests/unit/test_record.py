@@ -21,6 +21,7 @@ from harbor_openenv.episode.record import (
     MAX_TEXT_CHARS,
     Recorder,
 )
+from harbor_openenv.tasks.reward import Failure
 
 
 def files(folder: Path) -> set[str]:
@@ -326,3 +327,29 @@ def test_recording_work_leaves_the_step(tmp_path) -> None:
 
 
 # -- Harbor reads them -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("failure", "harbor"),
+    [
+        (Failure.NO_REWARD, "RewardFileNotFoundError"),
+        (Failure.EMPTY, "RewardFileEmptyError"),
+        (Failure.INVALID, "VerifierOutputParseError"),
+        (Failure.TIMEOUT, "VerifierTimeoutError"),
+        (Failure.EPISODE, "EpisodeError"),
+        (None, "EpisodeError"),
+    ],
+)
+def test_an_error_is_typed_by_its_kind_never_by_its_message(tmp_path, failure, harbor) -> None:
+    """The message names every other kind's words: only the kind decides Harbor's type."""
+    rec = recorder(tmp_path)
+    ep = rec.start("typed", "Do it", "episode-typed")
+    misleading = "timed out; wrote no reward; no verifier result; reward.txt is empty"
+    ep.verified("one", None, {}, "", misleading, failure)
+    ep.verified(None, None, {}, "", misleading, failure)
+    ep.finish()
+    rec.close()
+    result = json.loads((ep.trial_dir / "result.json").read_text())
+    assert result["exception_info"]["exception_type"] == harbor
+    assert result["step_results"][0]["exception_info"]["exception_type"] == harbor
+    assert result["exception_info"]["exception_message"] == misleading

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harbor_openenv.tasks.reward import parse_reward
+from harbor_openenv.tasks.reward import Failure, parse_reward
 
 
 def test_reward_txt():
@@ -30,24 +30,30 @@ def test_details_are_forwarded():
 
 
 @pytest.mark.parametrize(
-    ("files", "message"),
+    ("files", "message", "failure"),
     [
-        ({}, "wrote no reward"),
-        ({"reward.txt": b""}, "reward.txt is empty"),
-        ({"reward.txt": b"yes"}, "must hold one number"),
-        ({"reward.txt": b"nan"}, "finite"),
-        ({"reward.json": b"1"}, "flat object"),
-        ({"reward.json": b"{}"}, "flat object"),
-        ({"reward.json": b"{oops", "reward.txt": b"1"}, "not valid JSON"),  # no fallback
-        ({"reward.json": b'{"reward": "1"}'}, "'reward' must be a finite number"),
-        ({"reward.json": b'{"a": 1, "b": 0}'}, "no 'reward' key"),
-        ({"reward-details.json": b"{}"}, "wrote no reward"),
+        ({}, "wrote no reward", Failure.NO_REWARD),
+        ({"reward.txt": b""}, "reward.txt is empty", Failure.EMPTY),
+        ({"reward.json": b" \n"}, "reward.json is empty", Failure.EMPTY),
+        ({"reward.txt": b"yes"}, "must hold one number", Failure.INVALID),
+        ({"reward.txt": b"nan"}, "finite", Failure.INVALID),
+        ({"reward.json": b"1"}, "flat object", Failure.INVALID),
+        ({"reward.json": b"{}"}, "flat object", Failure.INVALID),
+        ({"reward.json": b"{oops", "reward.txt": b"1"}, "not valid JSON", Failure.INVALID),
+        ({"reward.json": b'{"reward": "1"}'}, "'reward' must be a finite number", Failure.INVALID),
+        ({"reward.json": b'{"a": 1, "b": 0}'}, "no 'reward' key", Failure.INVALID),
+        ({"reward-details.json": b"{}"}, "wrote no reward", Failure.NO_REWARD),
     ],
 )
-def test_missing_or_bad_reward_is_none_with_an_error(files, message):
+def test_missing_or_bad_reward_is_none_with_an_error_of_its_kind(files, message, failure):
     reward = parse_reward(files)
     assert reward.value is None
     assert message in reward.error
+    assert reward.failure is failure
+
+
+def test_a_reward_has_no_failure():
+    assert parse_reward({"reward.txt": b"0"}).failure is None
 
 
 def test_a_named_reward_key_or_mean_picks_the_scalar():

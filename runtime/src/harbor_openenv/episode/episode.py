@@ -9,28 +9,28 @@ end, hands its sandbox back to the runtime.
 from __future__ import annotations
 
 import copy
-import fnmatch
 import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
 from harbor_openenv.episode import tamper
 from harbor_openenv.episode.fork import ForkPoint, merge_changes
-from harbor_openenv.episode.pristine import Spare
+from harbor_openenv.episode.grading import Grading, Separate, Shared, grading_mode
+from harbor_openenv.episode.pristine import Pristine, Spare, ready_pristine
 from harbor_openenv.episode.record import EpisodeRecord
 from harbor_openenv.episode.runtime import OnEngine, Runtime
-from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier, ready_pristine
+from harbor_openenv.episode.verdict import Outcome, Verdict
+from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verifier
 from harbor_openenv.helper import contract
 from harbor_openenv.models import HarborObservation
 from harbor_openenv.sandbox import Sandbox, SandboxError
 from harbor_openenv.sandbox.engines import Engine, Lease
 from harbor_openenv.sandbox.owner import LABEL, LABEL_FORK, LABEL_OWNER
-from harbor_openenv.tasks.config import StepConfig, verifier_mode
+from harbor_openenv.tasks.config import StepConfig
 from harbor_openenv.tasks.env_vars import Envs, resolve_envs
-from harbor_openenv.tasks.reward import VERIFIER_DIR, scalar
+from harbor_openenv.tasks.reward import VERIFIER_DIR, Failure, scalar
 from harbor_openenv.tasks.steps import final_metrics, gate
 from harbor_openenv.tasks.task import Task
 
@@ -82,25 +82,6 @@ class ActionError(Exception):
     """The action cannot run as asked: it is answered with this error and the episode goes on."""
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How an episode ended: what its last answer says and what its record keeps."""
-
-    reward: float | None
-    error: str | None = None
-    output: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, float] | None = None  # recorded beside the reward (None: none usable)
-    timed_out: bool = False  # the verifier ran out of time
-
-    @property
-    def kind(self) -> str:
-        """As the metrics count episodes: ``reward``, ``error`` (no reward) or ``timeout``."""
-        if self.timed_out:
-            return "timeout"
-        return "error" if self.reward is None else "reward"
-
-
 class Episode:
     """A task in its sandbox, and where its ``[[steps]]`` stand."""
 
@@ -129,7 +110,12 @@ class Episode:
         self.outcome: Outcome | None = None  # how the last evaluate ended the episode
         self.fork_point: ForkPoint | None = None  # what a branch started from (None: a task's)
         self.inherited: list[tuple[str, int]] | None = None  # a branch's parent's changes
-        self.spare: Spare | None = None  # the pristine verifier's next environment, if on
+        patterns = runtime.settings.pristine_verifier
+        steps: list[StepConfig | None] = list(task.config.steps or []) or [None]
+        modes = [grading_mode(task, step, patterns) for step in steps]
+        # the pristine verifier's next environment, if a step grades in one
+        self.spare = Spare(self._discard) if "pristine" in modes else None
+        self.gradings = [self._grading(index, mode) for index, mode in enumerate(modes)]
 
     @classmethod
     def start(cls, runtime: Runtime, task: Task) -> Episode:
@@ -156,7 +142,7 @@ class Episode:
         episode = cls(runtime, task, sandbox, envs, image, lease)
         try:
             episode._ready()
-            episode._spare()
+            episode._prepare_grading(episode.step_index)
         except BaseException:
             episode.end()
             raise
@@ -197,7 +183,7 @@ class Episode:
         episode.step_info = copy.deepcopy(point.step_info)
         try:
             episode._ready(prepare=False)
-            episode._spare()
+            episode._prepare_grading(episode.step_index)
         except BaseException:
             episode.end()
             raise
@@ -337,79 +323,56 @@ class Episode:
         def report() -> None:
             found["tamper"] = self.tamper_report()
 
-        if verifier_mode(task.config, step) == "separate":
-            env = self.envs.verifier_container.get(key, {})
-            verdict = verifier.verify_separately(
-                self.sandbox,
-                functools.partial(self.runtime.verifier_sandbox, task, step, env, self.on),
-                last=step is None or self.step_index + 1 == len(task.config.steps or []),
-                max_artifact_bytes=settings.max_artifact_bytes,
-                alongside=report,
-            )
-        elif self.pristine:
-            spare = self._spare()
-            verdict = verifier.verify_separately(
-                self.sandbox,
-                functools.partial(spare.take, self._readied(self.step_index)),
-                last=False,  # the agent's environment goes on: the fresh one only grades
-                max_artifact_bytes=settings.max_artifact_bytes,
-                alongside=report,
-                workdir=True,
-                discard=self._discard,
-            )
-            if self._pristine_at(self.step_index + 1):  # a later step grades in one too
-                spare.prepare(self._readied(self.step_index + 1))
-        else:
-            self.verifier_dirs_used = True
-            verdict = verifier.verify(self.sandbox, alongside=report)
+        grading = self.gradings[self.step_index]
+        self.verifier_dirs_used |= isinstance(grading, Shared)
+        verdict = grading.grade(verifier, self.sandbox, report)
+        self._prepare_grading(self.step_index + 1)  # a later step's pristine environment
         info: dict[str, Any] = {
             "metrics": verdict.reward.metrics,
             "reward_details": verdict.reward.details,
             "verifier_timed_out": verdict.timed_out,
             "tamper": found.get("tamper"),
-            "verifier_environment": "pristine" if self.pristine else "shared",
+            "verifier_environment": grading.mode,
         }
         if self.sandbox.exceeded:  # the disk guard stopped the verifier: its files prove nothing
-            return self._done(Outcome(None, self.sandbox.exceeded, verdict.stdout, info))
+            exceeded = self.sandbox.exceeded
+            return self._done(Outcome(None, exceeded, verdict.stdout, info, None, Failure.EPISODE))
         if step is None:
-            metrics = None if verdict.timed_out else verdict.reward.metrics
             outcome = Outcome(
-                verdict.value, verdict.error, verdict.stdout, info, metrics, verdict.timed_out
+                verdict.value, verdict.error, verdict.stdout, info, verdict.metrics, verdict.failure
             )
             return self._done(outcome)
         return self._finish_step(step, verdict, info)
 
-    @property
-    def pristine(self) -> bool:
-        """Whether this step's shared-mode verifier runs in a fresh container of the task's
-        image (``HARBOR_OPENENV_PRISTINE_VERIFIER`` names the task; never a compose task or a
-        workdir of ``/``)."""
-        return self._pristine_at(self.step_index)
-
-    def _pristine_at(self, index: int) -> bool:
-        steps = self.task.config.steps
-        if (steps and index >= len(steps)) or (not steps and index > 0):
-            return False
+    def _grading(self, index: int, mode: str) -> Grading:
+        """Step ``index``'s grading strategy, of ``mode``."""
+        task, settings = self.task, self.runtime.settings
+        steps = task.config.steps
         step = steps[index] if steps else None
-        patterns = [p.strip() for p in self.runtime.settings.pristine_verifier.split(",")]
-        if self.task.compose_file is not None or verifier_mode(self.task.config, step) != "shared":
-            return False
-        return any(p and fnmatch.fnmatchcase(self.task.id, p) for p in patterns)
+        if mode == "separate":
+            env = self.envs.verifier_container.get(step.name if step else None, {})
+            return Separate(
+                lambda: self.runtime.verifier_sandbox(task, step, env, self.on),
+                last=index + 1 == len(steps or [None]),
+                max_artifact_bytes=settings.max_artifact_bytes,
+            )
+        if mode == "pristine":
+            assert self.spare is not None
+            return Pristine(
+                self.spare,
+                lambda: self._ready_pristine(step),
+                settings.max_artifact_bytes,
+                self._discard,
+            )
+        return Shared()
 
-    def _spare(self) -> Spare:
-        """The pristine verifier's spare, made once per episode; its first environment is
-        started then when this step grades in one, so that it is ready by evaluate."""
-        if self.spare is None:
-            self.spare = Spare(self._discard)
-            if self.pristine:
-                self.spare.prepare(self._readied(self.step_index))
-        return self.spare
-
-    def _readied(self, index: int) -> Callable[[], Sandbox]:
-        """Start a fresh environment and ready it to grade step ``index``."""
-        steps = self.task.config.steps
-        step = steps[index] if steps else None
-        return lambda: self._ready_pristine(step)
+    def _prepare_grading(self, index: int) -> None:
+        """Start step ``index``'s pristine environment, if it grades in one (now, so that it is
+        ready by its evaluate)."""
+        if index < len(self.gradings):
+            grading = self.gradings[index]
+            if isinstance(grading, Pristine):
+                grading.prepare()
 
     def _ready_pristine(self, step: StepConfig | None) -> Sandbox:
         sandbox = self._pristine_sandbox()
@@ -470,13 +433,21 @@ class Episode:
         config = self.task.config
         if self.record is not None:
             self.record.verified(
-                step.name, verdict.value, verdict.metrics or {}, verdict.stdout, verdict.error
+                step.name,
+                verdict.value,
+                verdict.metrics or {},
+                verdict.stdout,
+                verdict.error,
+                verdict.failure,
             )
         self.step_metrics.append(verdict.metrics)
         self.step_info.append(
             {"name": step.name, "reward": verdict.value, **info, "error": verdict.error}
         )
         stop = gate(step, verdict.metrics, verdict.error)
+        # a step without a result stops the episode for its own reason; a min_reward stop is the
+        # episode's
+        stopped = (verdict.failure if verdict.metrics is None else None) or Failure.EPISODE
         if stop is None and self.step_index + 1 < len(config.steps or []):
             self.step_index += 1
             try:
@@ -496,11 +467,11 @@ class Episode:
                     info={**info, **self.step_fields(), "steps": self.step_info},
                 )
         metrics = final_metrics(self.step_metrics, config.multi_step_reward_strategy)
-        final, error = (
-            scalar(metrics, self.runtime.settings.reward_key)
-            if metrics
-            else (None, "no step has a verifier result")
-        )
+        if metrics:
+            final, error = scalar(metrics, self.runtime.settings.reward_key)
+            failure = None if error is None else Failure.INVALID
+        else:
+            final, error, failure = None, "no step has a verifier result", Failure.NO_REWARD
         info = {
             **info,
             "steps": self.step_info,
@@ -508,7 +479,8 @@ class Episode:
             "reward_strategy": config.multi_step_reward_strategy or "mean",
         }
         error = "; ".join(part for part in (stop, error) if part) or None
-        return self._done(Outcome(final, error, verdict.stdout, info, metrics))
+        failure = stopped if stop else failure
+        return self._done(Outcome(final, error, verdict.stdout, info, metrics, failure))
 
     def _done(self, outcome: Outcome) -> HarborObservation:
         """The last evaluate's answer; :attr:`outcome` keeps how the episode ended."""
@@ -526,7 +498,12 @@ class Episode:
         """Record how the episode ended (its record, if on, is this episode's alone)."""
         if self.record is not None:
             self.record.verified(
-                None, outcome.reward, outcome.metrics or {}, outcome.output, outcome.error
+                None,
+                outcome.reward,
+                outcome.metrics or {},
+                outcome.output,
+                outcome.error,
+                outcome.failure,
             )
 
     # -- its engine ----------------------------------------------------------------------------

@@ -32,7 +32,7 @@ The API the environment calls (the writing happens on one background thread, nev
     recorder = Recorder.from_settings(settings)     # None when the setting is unset
     ep = recorder.start(task_id, instruction, episode_id)   # after a reset that started a task
     ep.step(action, observation)    # each action (model_dump() dicts) and what it answered
-    ep.verified(step, reward, metrics, output, error)       # each verifier run
+    ep.verified(step, reward, metrics, output, error, failure)  # each verifier run
     ep.rollout(harness, model, turns)   # a rollout's captured model calls (its token data)
     ep.finish()                     # when the episode ends, however: queues the trial's files
     recorder.close()                # at server shutdown: writes what is queued, ends the job
@@ -46,7 +46,8 @@ The API the environment calls (the writing happens on one background thread, nev
   it gets the mean of its steps' metrics, Harbor's default strategy.
 - ``reward`` is the scalar the trainer got; ``metrics`` (reward.json's keys) become Harbor's
   ``verifier_result.rewards``, or ``{"reward": reward}`` when there are none; ``error`` becomes
-  the trial's (or the step's) ``exception_info``, typed as Harbor types verifier failures.
+  the trial's (or the step's) ``exception_info``, its type Harbor's exception of the ``failure``
+  kind (:data:`HARBOR_EXCEPTIONS`; an error of no verifier kind is an ``EpisodeError``).
 - ``rollout``: the capture proxy's turns (as ``info["rollout"]["turns"]``) become the trajectory's
   agent steps, each with its token ids and logprobs in the step's ``metrics`` and the totals in
   ``final_metrics`` (what ``harbor view`` shows as tokens); ``result.json``'s ``agent_result`` gets
@@ -85,6 +86,7 @@ from typing import Any
 from harbor_openenv._version import __version__
 from harbor_openenv.config import Settings
 from harbor_openenv.events import event
+from harbor_openenv.tasks.reward import Failure
 from harbor_openenv.tasks.steps import final_metrics
 
 MAX_TEXT_CHARS = 16 * 1024
@@ -95,6 +97,15 @@ STEP_OVERHEAD_CHARS = 256  # what one action costs the episode's budget besides 
 ATIF_VERSION = "ATIF-v1.7"
 AGENT_NAME = "openenv-client"  # whoever drives the environment: the server cannot know
 JOB_RESULT_EVERY_S = 1.0  # the job's result.json, at most this often while trials keep ending
+
+# Harbor's exception of each kind (harbor/verifier/verifier.py, harbor/trial/errors.py)
+HARBOR_EXCEPTIONS = {
+    Failure.NO_REWARD: "RewardFileNotFoundError",
+    Failure.EMPTY: "RewardFileEmptyError",
+    Failure.INVALID: "VerifierOutputParseError",
+    Failure.TIMEOUT: "VerifierTimeoutError",
+    Failure.EPISODE: "EpisodeError",
+}
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -143,6 +154,7 @@ class _Verdict:
     metrics: dict[str, float]
     output: str
     error: str | None
+    failure: Failure | None = None
 
 
 @dataclass(frozen=True)
@@ -278,8 +290,10 @@ class EpisodeRecord:
         metrics: Mapping[str, Any] | None,
         output: str,
         error: str | None,
+        failure: Failure | None = None,
     ) -> None:
-        """Record one verifier run: a step's (``step`` names it) or the episode's (None)."""
+        """Record one verifier run: a step's (``step`` names it) or the episode's (None);
+        ``failure`` is the kind of ``error``."""
         at = time.time()
         with self._lock:
             if self._finished is not None:
@@ -291,7 +305,7 @@ class EpisodeRecord:
                 text = "[the verifier's output is not stored: the episode's record is full]"
                 cost = STEP_OVERHEAD_CHARS
             self._budget = max(0, self._budget - cost)
-            verdict = _Verdict(at, step, reward, _metrics(metrics), text, problem)
+            verdict = _Verdict(at, step, reward, _metrics(metrics), text, problem, failure)
             self._verdicts.append(verdict)
             if step is not None:
                 self._segments.append(_Segment(at))
@@ -333,23 +347,15 @@ class EpisodeRecord:
 # -- the files -----------------------------------------------------------------------------------
 
 
-def _exception(error: str, at: float) -> dict[str, Any]:
-    """Harbor's ExceptionInfo, typed as Harbor types a verifier's failure where it is one."""
-    if "timed out" in error:
-        kind = "VerifierTimeoutError"
-    elif "wrote no reward" in error or "no verifier result" in error:
-        kind = "RewardFileNotFoundError"
-    elif error.endswith(" is empty"):
-        kind = "RewardFileEmptyError"
-    elif "reward" in error:
-        kind = "VerifierOutputParseError"
-    else:
-        kind = "EpisodeError"
+def _exception(verdict: _Verdict) -> dict[str, Any] | None:
+    """Harbor's ExceptionInfo of a verifier run's error (None: it has none)."""
+    if not verdict.error:
+        return None
     return {
-        "exception_type": kind,
-        "exception_message": error,
+        "exception_type": HARBOR_EXCEPTIONS[verdict.failure or Failure.EPISODE],
+        "exception_message": verdict.error,
         "exception_traceback": "",
-        "occurred_at": _stamp(at),
+        "occurred_at": _stamp(verdict.at),
     }
 
 
@@ -730,9 +736,7 @@ class Recorder:
                     {
                         "step_name": verdict.step,
                         "verifier_result": None if rewards is None else {"rewards": rewards},
-                        "exception_info": (
-                            _exception(verdict.error, verdict.at) if verdict.error else None
-                        ),
+                        "exception_info": _exception(verdict),
                         "agent_execution": _timing(segment.started, last),
                         "verifier": _timing(last, verdict.at),
                     }
@@ -756,7 +760,7 @@ class Recorder:
         rewards = _rewards(final)
         result["verifier_result"] = None if rewards is None else {"rewards": rewards}
         if final is not None and final.error:
-            result["exception_info"] = _exception(final.error, final.at)
+            result["exception_info"] = _exception(final)
             self._write_text(trial / "exception.txt", final.error)
         self._write_json(trial / "config.json", self._trial_config(episode))
         self._write_json(trial / "result.json", result)

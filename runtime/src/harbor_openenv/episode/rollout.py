@@ -14,7 +14,8 @@ import threading
 import time
 from typing import Any
 
-from harbor_openenv.episode.episode import ActionError, Episode, Outcome
+from harbor_openenv.episode.episode import ActionError, Episode
+from harbor_openenv.episode.verdict import Outcome
 from harbor_openenv.harness import (
     Budget,
     Harness,

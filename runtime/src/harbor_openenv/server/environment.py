@@ -18,10 +18,11 @@ from typing import Any
 
 from harbor_openenv._openenv import Environment, EnvironmentMetadata
 from harbor_openenv.episode import actions, oracle
-from harbor_openenv.episode.episode import ActionError, Episode, Outcome
+from harbor_openenv.episode.episode import ActionError, Episode
 from harbor_openenv.episode.fork import ForkError
 from harbor_openenv.episode.rollout import rollout
 from harbor_openenv.episode.runtime import Runtime
+from harbor_openenv.episode.verdict import Outcome
 from harbor_openenv.events import Timer, event
 from harbor_openenv.images.resolver import ImageError
 from harbor_openenv.models import (

@@ -11,6 +11,7 @@ import json
 import math
 import reprlib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 VERIFIER_DIR = "/logs/verifier"
@@ -23,14 +24,27 @@ _SHORT = reprlib.Repr()  # bounded depth and length, whatever a file nests
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 60, 60, 60
 
 
+class Failure(StrEnum):
+    """Why a grading (or an episode) has no reward, as a kind: the recorder names each as
+    Harbor's exception of that kind, never by reading the message."""
+
+    NO_REWARD = "no_reward"  # neither reward file exists (or no step has a result)
+    EMPTY = "empty"  # a reward file is empty
+    INVALID = "invalid"  # a reward file does not parse, or names no scalar reward
+    TIMEOUT = "timeout"  # the verifier ran out of time
+    EPISODE = "episode"  # the episode's own failure: a stop, the disk guard, a failed action
+
+
 @dataclass(frozen=True)
 class Reward:
-    """The scalar reward (None when there is none), every metric, and why it is missing."""
+    """The scalar reward (None when there is none), every metric, why it is missing (``error``,
+    of kind ``failure``)."""
 
     value: float | None
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     details: Any = None
+    failure: Failure | None = None
 
 
 def reward_rule(text: str) -> tuple[str, ...]:
@@ -52,21 +66,19 @@ def parse_reward(files: dict[str, bytes], rule: str | None = None) -> Reward:
     server's ``reward_key``, see :func:`scalar`) picks the scalar among several metrics."""
     details = _details(files.get(REWARD_DETAILS))
     if REWARD_JSON in files:
-        metrics, error = _parse_json(files[REWARD_JSON])
+        metrics, error, failure = _parse_json(files[REWARD_JSON])
     elif REWARD_TXT in files:
-        metrics, error = _parse_txt(files[REWARD_TXT])
+        metrics, error, failure = _parse_txt(files[REWARD_TXT])
     else:
-        metrics, error = (
-            {},
-            (
-                f"the verifier wrote no reward: neither {VERIFIER_DIR}/{REWARD_JSON}"
-                f" nor {VERIFIER_DIR}/{REWARD_TXT} exists"
-            ),
+        error = (
+            f"the verifier wrote no reward: neither {VERIFIER_DIR}/{REWARD_JSON}"
+            f" nor {VERIFIER_DIR}/{REWARD_TXT} exists"
         )
+        metrics, failure = {}, Failure.NO_REWARD
     if error:
-        return Reward(None, {}, error, details)
+        return Reward(None, {}, error, details, failure)
     value, error = scalar(metrics, rule)
-    return Reward(value, metrics, error, details)
+    return Reward(value, metrics, error, details, None if error is None else Failure.INVALID)
 
 
 def scalar(metrics: dict[str, float], rule: str | None = None) -> tuple[float | None, str | None]:
@@ -87,16 +99,23 @@ def scalar(metrics: dict[str, float], rule: str | None = None) -> tuple[float | 
     )
 
 
-def _parse_json(raw: bytes) -> tuple[dict[str, float], str | None]:
+_Parsed = tuple[dict[str, float], str | None, Failure | None]
+
+
+def _parse_json(raw: bytes) -> _Parsed:
     where = f"{VERIFIER_DIR}/{REWARD_JSON}"
     if not raw.strip():
-        return {}, f"{where} is empty"
+        return {}, f"{where} is empty", Failure.EMPTY
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        return {}, f"{where} is not valid JSON: {_short(exc)}"
+        return {}, f"{where} is not valid JSON: {_short(exc)}", Failure.INVALID
     if not isinstance(data, dict) or not data:
-        return {}, f"{where} must be a non-empty flat object of numbers, got {_short(data)}"
+        return (
+            {},
+            f"{where} must be a non-empty flat object of numbers, got {_short(data)}",
+            Failure.INVALID,
+        )
     metrics = {}
     for key, value in data.items():
         if isinstance(value, bool):
@@ -106,23 +125,27 @@ def _parse_json(raw: bytes) -> tuple[dict[str, float], str | None]:
         except OverflowError:
             number = math.inf
         if not math.isfinite(number):
-            return {}, f"{where}: {_short(key)} must be a finite number, got {_short(value)}"
+            return (
+                {},
+                f"{where}: {_short(key)} must be a finite number, got {_short(value)}",
+                Failure.INVALID,
+            )
         metrics[key] = number
-    return metrics, None
+    return metrics, None, None
 
 
-def _parse_txt(raw: bytes) -> tuple[dict[str, float], str | None]:
+def _parse_txt(raw: bytes) -> _Parsed:
     where = f"{VERIFIER_DIR}/{REWARD_TXT}"
     text = raw.decode("utf-8", errors="replace").strip()
     if not text:
-        return {}, f"{where} is empty"
+        return {}, f"{where} is empty", Failure.EMPTY
     try:
         value = float(text)
     except ValueError:
-        return {}, f"{where} must hold one number, got {_short(text)}"
+        return {}, f"{where} must hold one number, got {_short(text)}", Failure.INVALID
     if not math.isfinite(value):
-        return {}, f"{where} must hold a finite number, got {text}"
-    return {"reward": value}, None
+        return {}, f"{where} must hold a finite number, got {text}", Failure.INVALID
+    return {"reward": value}, None, None
 
 
 def _details(raw: bytes | None) -> Any:
