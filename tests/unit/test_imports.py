@@ -79,7 +79,7 @@ def test_server_and_client_skip_gradio_unless_the_web_ui_is_on(tmp_path):
 PACKAGE = Path(__file__).resolve().parents[2] / "runtime" / "src" / "harbor_openenv"
 # Bottom to top; a module may import its own layer and the ones before it, never one after.
 LAYERS = [
-    {"_version", "_light", "_openenv", "models"},  # the protocol's names (openenv or stand-ins)
+    {"_version", "errors", "_light", "_openenv", "models"},  # the error root, the protocol's names
     {"tasks"},  # the task format: pydantic only
     {"config", "events"},  # the server's settings and log lines
     {"datasets", "images", "helper", "sandbox"},

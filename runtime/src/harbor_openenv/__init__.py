@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 
 from ._version import __version__
+from .errors import HarborOpenEnvError
 
 _LAZY = {
     "build_app": "server.app",
@@ -26,7 +27,7 @@ _LAZY = {
     "HarborState": "models",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["HarborOpenEnvError", "__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> object:

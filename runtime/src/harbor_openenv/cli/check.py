@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from harbor_openenv.config import Settings
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.tasks.dataset import Dataset
 from harbor_openenv.tasks.task import Task, TaskKind
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 SERVER_EXTRA = "pip install 'harbor-openenv[server]'"
 
 
-class CheckError(Exception):
+class CheckError(HarborOpenEnvError):
     """Why a check cannot start (an unknown task, no server extra, no engine): one line."""
 
 

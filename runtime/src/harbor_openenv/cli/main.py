@@ -28,6 +28,7 @@ from harbor_openenv.cli.check import (
     select_tasks,
 )
 from harbor_openenv.config import Settings
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.tasks.config import TASK_FILE, DatasetError, serve_time_variables
 from harbor_openenv.tasks.dataset import Dataset, find_tasks_root
 from harbor_openenv.tasks.task import Task, TaskKind
@@ -36,7 +37,7 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130
 
 
-class UsageError(Exception):
+class UsageError(HarborOpenEnvError):
     """A mistake in what the user asked for: printed as one line, exit status 2."""
 
 

@@ -19,6 +19,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from harbor_openenv.errors import HarborOpenEnvError
+
 # harbor_openenv-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl (PEP 427)
 WHEEL_NAME = re.compile(
     r"harbor_openenv-(?P<version>[0-9][^-/]*)(-[0-9][^-/]*)?-[^-/]+-[^-/]+-[^-/]+\.whl"
@@ -30,7 +32,7 @@ GIT_PIN = re.compile(
 TIMEOUT_S = 60.0
 
 
-class PinError(Exception):
+class PinError(HarborOpenEnvError):
     """The pin names a runtime that is not there; the message says which and what to do."""
 
 

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harbor_openenv.errors import HarborOpenEnvError
+
 # The markers copier's inline conflict mode writes (git merge-file with these labels).
 CONFLICT_MARKERS = ("<<<<<<< before updating", ">>>>>>> after updating")
 ANSWERS = ".copier-answers.yml"
@@ -23,7 +25,7 @@ INT_QUESTIONS = ("port", "max_concurrent_envs")
 UNDO = "git reset --hard && git clean -fd"
 
 
-class UpdateError(Exception):
+class UpdateError(HarborOpenEnvError):
     """copier could not run, or its update failed; the message says why and what to do."""
 
 

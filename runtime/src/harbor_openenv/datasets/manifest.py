@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator, Mapping
 from operator import attrgetter
 from pathlib import Path
 
+from harbor_openenv.errors import HarborOpenEnvError
+
 __all__ = [
     "MANIFEST_NAME",
     "CopiedFiles",
@@ -50,7 +52,7 @@ CHUNK_SIZE = 1 << 20  # hash in 1 MiB chunks so big files never sit in memory wh
 COPY_THREADS = 2  # one copies while the other waits on the disk (4 measured no better on 2 cores)
 
 
-class CopyError(Exception):
+class CopyError(HarborOpenEnvError):
     """The task folder cannot be copied as it is (a symlink leaves it, a special file, ...)."""
 
 

@@ -31,6 +31,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from harbor_openenv.errors import HarborOpenEnvError
+
 SOURCE_NAME = "tasks.source.json"
 HUB_PREFIX = "hf://"
 _REGISTRY_REF = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._/-]*)@(?P<version>[A-Za-z0-9._+-]+)$")
@@ -39,7 +41,7 @@ _HUB_REF = re.compile(
 )
 
 
-class RefError(Exception):
+class RefError(HarborOpenEnvError):
     """A reference that cannot be resolved; the message is one line naming the reference."""
 
 

@@ -25,6 +25,7 @@ from harbor_openenv.datasets.manifest import (
     verify_manifest,
     write_manifest,
 )
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.tasks.config import DatasetError
 from harbor_openenv.tasks.dataset import Dataset, find_tasks_root
 from harbor_openenv.tasks.task import Task, TaskKind
@@ -33,7 +34,7 @@ SUMMARY_START = "<!-- harbor-openenv:dataset-summary:start"
 SUMMARY_END = "<!-- harbor-openenv:dataset-summary:end -->"
 
 
-class SyncError(Exception):
+class SyncError(HarborOpenEnvError):
     """The dataset cannot be copied (the copy failed); nothing was written."""
 
 

@@ -23,6 +23,7 @@ from harbor_openenv.episode.record import EpisodeRecord
 from harbor_openenv.episode.runtime import OnEngine, Runtime
 from harbor_openenv.episode.verdict import Outcome, Verdict
 from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verifier
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.helper import contract
 from harbor_openenv.models import HarborObservation
 from harbor_openenv.sandbox import Sandbox, SandboxError
@@ -78,7 +79,7 @@ def _unused(runtime: Runtime, ready: Future[Sandbox]) -> None:
         runtime.discard(ready.result(), runtime.pool.release)
 
 
-class ActionError(Exception):
+class ActionError(HarborOpenEnvError):
     """The action cannot run as asked: it is answered with this error and the episode goes on."""
 
 

@@ -25,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.models import MAX_FORKS
 from harbor_openenv.sandbox import Sandbox
 from harbor_openenv.sandbox.engines import Engine
@@ -71,7 +72,7 @@ def merge_changes(
     return sorted(merged.items())
 
 
-class ForkError(Exception):
+class ForkError(HarborOpenEnvError):
     """A ``reset(fork=ID)`` that cannot start: the ID is unknown, was used or expired."""
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.sandbox.base import Sandbox
 
 
-class HarnessError(Exception):
+class HarnessError(HarborOpenEnvError):
     """A harness cannot be made ready: its package is missing, or has no build for the
     container's architecture."""
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.harness.base import ModelEndpoint
 
 START_TIMEOUT_S = 30.0
@@ -33,7 +34,7 @@ class TrainerEndpoint:
     api_key: str | None = None
 
 
-class CaptureError(Exception):
+class CaptureError(HarborOpenEnvError):
     """A capture session cannot be opened (the trainer's endpoint cannot be used)."""
 
 

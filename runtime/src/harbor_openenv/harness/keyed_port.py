@@ -17,12 +17,14 @@ import re
 import socket
 import threading
 
+from harbor_openenv.errors import HarborOpenEnvError
+
 MAX_HEAD = 64 << 10  # the largest request head accepted (line and headers)
 _CHUNK = 1 << 16
 _DROPPED = re.compile(rb"(authorization|proxy-authorization|connection|keep-alive):", re.I)
 
 
-class HeadError(Exception):
+class HeadError(HarborOpenEnvError):
     """The bytes read are not an HTTP request head this forwarder accepts."""
 
 

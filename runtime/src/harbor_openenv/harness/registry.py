@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harbor_openenv.config import Settings
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.harness.base import Harness
 
 
@@ -27,7 +28,7 @@ HARNESSES: dict[str, Callable[[Settings], Harness]] = {
 }
 
 
-class UnknownHarness(Exception):
+class UnknownHarness(HarborOpenEnvError):
     """A rollout named a harness this server does not have."""
 
 

@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # docker-py only where a volume is made: the interface needs 
     import docker
     from docker.types import Mount
 
+from harbor_openenv.errors import HarborOpenEnvError
+
 from . import contract
 
 MOUNT_DIR = contract.MOUNT_DIR
@@ -36,7 +38,7 @@ HELPER = f"{MOUNT_DIR}/{contract.HELPER_NAME}"
 _ARCHITECTURES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
-class HelperError(Exception):
+class HelperError(HarborOpenEnvError):
     """The helper is missing for the engine's architecture, or its volume cannot be made."""
 
 

@@ -13,6 +13,8 @@ import re
 from importlib import resources
 from typing import Final
 
+from harbor_openenv.errors import HarborOpenEnvError
+
 HEADER = "contract.h"
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _DEFINE = re.compile(r"#define (?P<name>[A-Z][A-Z0-9_]*) (?P<value>.+)")
@@ -22,7 +24,7 @@ _SHIFT = re.compile(r"\((?P<a>\d+)u? << (?P<b>\d+)\)")
 _STRING = re.compile(r'"(?P<s>[^"\\]*)"')
 
 
-class ContractError(Exception):
+class ContractError(HarborOpenEnvError):
     """``contract.h`` holds a line this module cannot read, or lacks a name it needs."""
 
 

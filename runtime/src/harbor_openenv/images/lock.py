@@ -26,6 +26,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.images.resolver import ImageError, build_spec
 from harbor_openenv.tasks.task import Task
 
@@ -41,7 +42,7 @@ _REGISTRY = re.compile(
 )
 
 
-class LockError(Exception):
+class LockError(HarborOpenEnvError):
     """``images.lock`` cannot be read or is malformed; the message names the file and why."""
 
 

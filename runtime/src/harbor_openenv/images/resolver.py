@@ -28,6 +28,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.events import Timer, event
 from harbor_openenv.tasks.config import StepConfig, verifier_mode
 from harbor_openenv.tasks.task import Task, TaskKind
@@ -38,7 +39,7 @@ _LOG_TAIL = 30
 _STEP = re.compile(r"^Step (\d+/\d+) : (.*)$")
 
 
-class ImageError(Exception):
+class ImageError(HarborOpenEnvError):
     """An image could not be pulled or built; the message says which task and why."""
 
 

@@ -21,8 +21,10 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+from harbor_openenv.errors import HarborOpenEnvError
 
-class WheelsError(Exception):
+
+class WheelsError(HarborOpenEnvError):
     """Why wheels/ could not be filled, in one line."""
 
 

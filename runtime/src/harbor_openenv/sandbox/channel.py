@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.helper import contract
 
 from . import stream
@@ -55,11 +56,11 @@ _TIMED_OUT, _TRUNCATED, _EXITED = (
 )
 
 
-class ChannelError(Exception):
+class ChannelError(HarborOpenEnvError):
     """The channel died or misbehaved: the step falls back to the engine."""
 
 
-class ChannelBusy(Exception):
+class ChannelBusy(HarborOpenEnvError):
     """Another command holds the channel, or this one cannot cross it (too big, a NUL byte):
     that command goes through the engine instead."""
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from harbor_openenv.errors import HarborOpenEnvError
 
-class SandboxError(Exception):
+
+class SandboxError(HarborOpenEnvError):
     """A sandbox operation failed."""
 
 

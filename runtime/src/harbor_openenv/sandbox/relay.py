@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.helper import contract
 
 from .errors import SandboxError
@@ -49,7 +50,7 @@ _CHUNK, _WINDOW = contract.RELAY_CHUNK, contract.RELAY_WINDOW
 _STDERR_KEEP = 1 << 12  # the helper's last stderr bytes, for an error
 
 
-class RelayError(Exception):
+class RelayError(HarborOpenEnvError):
     """The helper sent a frame this side cannot accept: the relay ends."""
 
 

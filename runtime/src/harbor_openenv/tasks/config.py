@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from harbor_openenv.errors import HarborOpenEnvError
+
 TASK_FILE = "task.toml"
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([GMK])\s*$", re.IGNORECASE)
 _BAD_STEP_NAME = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
@@ -33,7 +35,7 @@ _ENV_TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}")
 NetworkMode = Literal["public", "no-network", "allowlist"]
 
 
-class DatasetError(Exception):
+class DatasetError(HarborOpenEnvError):
     """A dataset or task cannot be used; the message names the file and, where known, the field."""
 
 
