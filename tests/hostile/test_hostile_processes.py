@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _processes import baseline_pids, build_attack, processes
+from _processes import build_attack, mark, processes
 from _server import Server, exec_channel_on, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -150,8 +150,7 @@ def test_no_process_topology_survives_the_stop(boxes, tmp_path_factory, case, fl
     box = boxes[kind]
     box.ran_as.add("root" if kind != "service" else "nobody")
     box.stop_processes()  # what earlier examples left (the root service stays)
-    box.mark_baseline()
-    kept = sorted(baseline_pids(box))
+    kept = sorted(mark(box))
     assert (
         box.exec_root(
             "rm -rf /tmp/stolen /solution /logs/verifier && mkdir -p -m 777 /logs/verifier"
@@ -189,8 +188,7 @@ def test_the_root_service_outlives_an_unprivileged_agents_stop_and_a_root_one_en
     """The baseline is kept only where the agent cannot reach it: the service image's root
     loop survives a ``nobody`` agent's stop, and every process ends once root code ran."""
     box = boxes["service"]
-    box.mark_baseline()
-    service = baseline_pids(box)
+    service = mark(box)
     assert service, "the ENTRYPOINT's service is in the baseline"
     box.exec("/tmp/attack plant setsid leader", timeout_s=10, max_output=100, user="nobody")
     box.stop_processes()

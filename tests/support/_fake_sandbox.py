@@ -59,8 +59,9 @@ class FakeSandbox(MemorySandbox):
     def stop_processes(self, prepare: VerifierDirs | None = None) -> None:
         self.calls.append(("stop_processes", prepare))
 
-    def mark_baseline(self) -> None:
+    def mark_baseline(self) -> list[int]:
         self.calls.append(("mark_baseline", None))
+        return []
 
     def put_dir(self, source: Path, destination: str, **options: Any) -> None:
         self.calls.append(("put_dir", (source, destination)))

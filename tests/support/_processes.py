@@ -26,6 +26,6 @@ def processes(box) -> list[str]:
     return listed.output.split()
 
 
-def baseline_pids(box) -> list[str]:
-    """The pids of the keeper's baseline, as its last mark answered."""
-    return [entry.split(":")[0] for entry in box._baseline.split()]
+def mark(box) -> list[str]:
+    """Mark ``box``'s baseline; the pids it holds, as :func:`processes` lists them."""
+    return [str(pid) for pid in box.mark_baseline()]

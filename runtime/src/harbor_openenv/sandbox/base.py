@@ -140,7 +140,6 @@ class Sandbox(AgentFiles):
         self.exceeded: str | None = None  # why the disk guard ended the episode, if it did
         self._real_workdir = "/"  # resolved once by prepare, before the agent can move things
         self._artifacts_mtime: str | None = None  # an empty /logs/artifacts' mtime at prepare
-        self._baseline = ""  # the keeper's last baseline, as it answered (see mark_baseline)
         self._stopping = threading.Lock()  # one request to the keeper at a time
         self._marked = False  # a baseline was taken: every command from now on is untrusted
         self.ran_as: set[str] = set()  # the users untrusted commands ran as since the baseline
@@ -387,33 +386,31 @@ class Sandbox(AgentFiles):
             problem = _STOP_FAILURES.get(int(code) if code.isdigit() else 0, "the keeper failed")
             raise SandboxError(f"{problem} (code {code}): {why}")
 
-    def mark_baseline(self) -> None:
-        """Count every process running now as the environment's: the keeper keeps them through
-        a stop where that is safe. Called once an episode's environment is ready, before the
-        agent's first action (the exec channel, opened by that action, is never in the
-        baseline); from then on every command's user is recorded in :attr:`ran_as`."""
-        answer = self._keeper([contract.REQUEST_MARK])
-        if answer is not None:
+    def mark_baseline(self) -> list[int]:
+        """Count every process running now as the environment's (their pids are returned): the
+        keeper keeps them through a stop where that is safe. Called once an episode's
+        environment is ready, before the agent's first action (the exec channel, opened by that
+        action, is never in the baseline); from then on every command's user is recorded in
+        :attr:`ran_as`."""
+        ok, answer = self._ask([contract.REQUEST_MARK])
+        if not ok:
             code, _, why = answer.partition(" ")
             if code == str(contract.KEEP_ENTRYPOINT_EXITED):
                 raise SandboxError(f"{why}: {self.logs_tail()}".rstrip(": "))
             raise SandboxError(f"cannot list processes (code {code}): {why}")
         self._marked = True
         self.ran_as.clear()
+        return [int(entry.split(":")[0]) for entry in answer.split()]  # each "PID:START"
 
     def logs_tail(self) -> str:
         """The environment's last output lines, for an error (backends that have them)."""
         return ""
 
     def _keeper(self, fields: list[str]) -> str | None:
-        """One request to the keeper: None when it answered ok (a mark's baseline lands in
-        :attr:`_baseline`), else its error's code and problem."""
+        """One request to the keeper: None when it answered ok, else its error's code and
+        problem."""
         ok, detail = self._ask(fields)
-        if not ok:
-            return detail
-        if fields[0] == contract.REQUEST_MARK:
-            self._baseline = detail
-        return None
+        return None if ok else detail
 
     def _ask(self, fields: list[str]) -> tuple[bool, str]:
         """One request to the keeper: whether it answered ok, and the rest of its answer."""
