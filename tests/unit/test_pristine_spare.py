@@ -1,6 +1,6 @@
 """The pristine verifier's spare (episode/pristine.py): one environment made ahead, taken by a
 grading (or made then when none is on its way), and discarded at the end whether it is ready or
-still starting; and what readies it (verifier.ready_pristine): the working directory emptied,
+still starting; and what readies it (pristine.ready_pristine): the working directory emptied,
 the artifacts' folders made and the tests staged. No engine: the real pristine verifier is
 tests/hostile/test_pristine.py."""
 
