@@ -327,50 +327,20 @@ class ComposeSandbox(Sandbox):
                 " volume, or COPY the files into the image"
             )
         labels = {LABEL: "1", LABEL_OWNER: owner, LABEL_TASK: task_id[:200], LABEL_PROJECT: name}
-        override: dict[str, Any] = {
-            "services": {svc: {"labels": labels} for svc in model["services"]}
-        }
-        for svc, spec in model["services"].items():
-            if build_network and isinstance((spec or {}).get("build"), dict):
-                override["services"][svc]["build"] = {"network": build_network}
         spec = model["services"][MAIN_SERVICE] or {}
         image_user, image_entrypoint = image_config(client, spec.get("image") or image)
         user = str(spec.get("user") or image_user)
-        entrypoint = spec.get("entrypoint", image_entrypoint)
-        override["services"][MAIN_SERVICE].update(
-            {  # the keeper as PID 1 (see DockerSandbox.start), whatever the task's file says
-                "entrypoint": list(KEEPER_ENTRYPOINT),
-                "command": [
-                    _escape(arg) for arg in keeper_command(user, entrypoint, spec.get("command"))
-                ],
-                "user": "0",
-                "stdin_open": True,
-                "init": False,
-            }
+        override = compose_override(
+            model,
+            labels=labels,
+            user=user,
+            entrypoint=spec.get("entrypoint", image_entrypoint),
+            env=env,
+            pids_limit=pids_limit,
+            workdir=workdir,
+            no_network=no_network,
+            build_network=build_network,
         )
-        override["services"][MAIN_SERVICE]["environment"] = env or {}
-        if pids_limit:
-            # Where compose wants it: beside the task's own deploy limits (Harbor-converted
-            # tasks limit main by `deploy.resources.limits` with ${CPUS}/${MEMORY}), since a
-            # pids_limit that differs from a deploy limit (unset: 0) fails the whole project.
-            spec = model["services"][MAIN_SERVICE] or {}
-            limits = ((spec.get("deploy") or {}).get("resources") or {}).get("limits")
-            if isinstance(limits, dict):
-                if not limits.get("pids"):
-                    resources = {"resources": {"limits": {"pids": pids_limit}}}
-                    override["services"][MAIN_SERVICE]["deploy"] = resources
-            elif not spec.get("pids_limit"):
-                override["services"][MAIN_SERVICE]["pids_limit"] = pids_limit
-        if workdir:
-            override["services"][MAIN_SERVICE]["working_dir"] = workdir
-        for kind in ("networks", "volumes"):
-            for key, spec in (model.get(kind) or {}).items():
-                if (spec or {}).get("external"):
-                    continue
-                entry: dict[str, Any] = {"labels": labels}
-                override.setdefault(kind, {})[key] = entry
-                if kind == "networks" and no_network:
-                    entry["internal"] = True
         overrides = Path(scratch) / "override.json"
         overrides.write_text(json.dumps(override))
         project.files.append(overrides)
@@ -442,6 +412,64 @@ class ComposeSandbox(Sandbox):
 
     def disk_usage(self) -> int:
         return self.main.disk_usage()
+
+
+def compose_override(
+    model: dict[str, Any],
+    *,
+    labels: dict[str, str],
+    user: str,
+    entrypoint: Any,
+    env: dict[str, str],
+    pids_limit: int | None,
+    workdir: str | None,
+    no_network: bool,
+    build_network: str | None,
+) -> dict[str, Any]:
+    """The override file over a project's resolved ``model`` (``compose config``): ``labels``
+    on every service and on its own networks and volumes (internal networks with
+    ``no_network``), sidecar builds on ``build_network``, and main run by the keeper as PID 1 as
+    root (``user`` and ``entrypoint``: the ones it then starts the task's command as), with
+    ``env``, ``pids_limit`` and ``workdir``."""
+    override: dict[str, Any] = {"services": {svc: {"labels": labels} for svc in model["services"]}}
+    for svc, spec in model["services"].items():
+        if build_network and isinstance((spec or {}).get("build"), dict):
+            override["services"][svc]["build"] = {"network": build_network}
+    main = model["services"][MAIN_SERVICE] or {}
+    ours = override["services"][MAIN_SERVICE]
+    ours.update(
+        {  # the keeper as PID 1 (see DockerSandbox.start), whatever the task's file says
+            "entrypoint": list(KEEPER_ENTRYPOINT),
+            "command": [
+                _escape(arg) for arg in keeper_command(user, entrypoint, main.get("command"))
+            ],
+            "user": "0",
+            "stdin_open": True,
+            "init": False,
+            "environment": env or {},
+        }
+    )
+    if pids_limit:
+        # Where compose wants it: beside the task's own deploy limits (Harbor-converted
+        # tasks limit main by `deploy.resources.limits` with ${CPUS}/${MEMORY}), since a
+        # pids_limit that differs from a deploy limit (unset: 0) fails the whole project.
+        limits = ((main.get("deploy") or {}).get("resources") or {}).get("limits")
+        if isinstance(limits, dict):
+            if not limits.get("pids"):
+                ours["deploy"] = {"resources": {"limits": {"pids": pids_limit}}}
+        elif not main.get("pids_limit"):
+            ours["pids_limit"] = pids_limit
+    if workdir:
+        ours["working_dir"] = workdir
+    for kind in ("networks", "volumes"):
+        for key, spec in (model.get(kind) or {}).items():
+            if (spec or {}).get("external"):
+                continue
+            entry: dict[str, Any] = {"labels": labels}
+            override.setdefault(kind, {})[key] = entry
+            if kind == "networks" and no_network:
+                entry["internal"] = True
+    return override
 
 
 def _bind_mounts(model: dict[str, Any]) -> list[str]:
