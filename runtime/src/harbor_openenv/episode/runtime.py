@@ -23,10 +23,10 @@ import docker.errors
 
 from harbor_openenv.config import Settings
 from harbor_openenv.datasets.manifest import MANIFEST_NAME, verify_manifest
-from harbor_openenv.episode.disk import DiskGuard
+from harbor_openenv.serving.disk import DiskGuard
 from harbor_openenv.episode.fork import Forks
-from harbor_openenv.episode.metrics import Metrics, Snapshot
-from harbor_openenv.episode.pool import ContainerPool
+from harbor_openenv.serving.metrics import Metrics, Snapshot
+from harbor_openenv.serving.pool import ContainerPool
 from harbor_openenv.episode.record import Recorder
 from harbor_openenv.harness.base import HarnessError
 from harbor_openenv.harness.capture import CaptureProxy

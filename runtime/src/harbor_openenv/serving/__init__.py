@@ -1,0 +1,1 @@
+"""What one server keeps across its episodes: the warm pool, the disk guard, the metrics."""
