@@ -16,7 +16,7 @@ from harbor_openenv.config import Settings
 from harbor_openenv.episode.runtime import OnEngine, Runtime
 from harbor_openenv.sandbox import ExecResult, SandboxError
 from harbor_openenv.sandbox.compose import ComposeSandbox
-from harbor_openenv.sandbox.engines import (
+from harbor_openenv.backends.fleet import (
     Engine,
     EngineSet,
     display_name,

@@ -26,7 +26,7 @@ from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier, 
 from harbor_openenv.helper import contract
 from harbor_openenv.models import HarborObservation
 from harbor_openenv.sandbox import Sandbox, SandboxError
-from harbor_openenv.sandbox.engines import Engine, Lease
+from harbor_openenv.backends.fleet import Engine, Lease
 from harbor_openenv.sandbox.owner import LABEL, LABEL_FORK, LABEL_OWNER
 from harbor_openenv.tasks.config import StepConfig, verifier_mode
 from harbor_openenv.tasks.env_vars import Envs, resolve_envs

@@ -42,7 +42,7 @@ from harbor_openenv.sandbox import (
     server_identity,
 )
 from harbor_openenv.sandbox.backend import DockerBackend
-from harbor_openenv.sandbox.engines import Engine, EngineSet, Lease, engine_environ, parse_hosts
+from harbor_openenv.backends.fleet import Engine, EngineSet, Lease, engine_environ, parse_hosts
 from harbor_openenv.sandbox.spec import Backend, ComposeSpec, ContainerSpec
 from harbor_openenv.tasks.catalog import TaskCatalog
 from harbor_openenv.tasks.config import EnvironmentConfig, StepConfig, verifier_environment

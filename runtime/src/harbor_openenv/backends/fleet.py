@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from harbor_openenv.events import event
 
-from .errors import SandboxError
+from harbor_openenv.sandbox.errors import SandboxError
 
 log = logging.getLogger("harbor_openenv")
 T = TypeVar("T")
