@@ -1,4 +1,4 @@
-"""Several engines without Docker (sandbox/engines.py): where episodes go (least busy first, ties
+"""Several engines without Docker (backends/fleet.py): where episodes go (least busy first, ties
 in the listed order, only engines that are up), an engine that fails taken out and brought back
 by the prober, and a server's episodes on fake engines: the one whose engine dies ends with an
 error naming it (no reward), new resets go to the others, none up fails the reset in one line.

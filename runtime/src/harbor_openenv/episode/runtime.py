@@ -41,7 +41,7 @@ from harbor_openenv.sandbox import (
     remove_dead_scratch,
     server_identity,
 )
-from harbor_openenv.sandbox.backend import DockerBackend
+from harbor_openenv.sandbox.starter import DockerStarter
 from harbor_openenv.backends.fleet import Engine, EngineSet, Lease, engine_environ, parse_hosts
 from harbor_openenv.sandbox.spec import Backend, ComposeSpec, ContainerSpec
 from harbor_openenv.tasks.catalog import TaskCatalog
@@ -60,7 +60,7 @@ class OnEngine:
     """What one of several engines (``HARBOR_OPENENV_DOCKER_HOSTS``) holds for this server."""
 
     images: ImageResolver
-    backend: DockerBackend
+    backend: DockerStarter
 
 
 class _Placed:
@@ -117,7 +117,7 @@ class Runtime:
         self.backend: Backend = backend or (
             self._harbor_backend()
             if self.harbor
-            else DockerBackend(lambda: self.docker, owner=self.owner, extras=self._codex)
+            else DockerStarter(lambda: self.docker, owner=self.owner, extras=self._codex)
             if self.engines is None
             else _Placed()
         )
@@ -136,7 +136,7 @@ class Runtime:
         """Harbor's environment backend the settings name (the harbor extra)."""
         variable = Settings.variable("backend")
         try:
-            from harbor_openenv.sandbox.harbor import HarborBackend
+            from harbor_openenv.sandbox.harbor import HarborStarter
         except ImportError as exc:
             raise ValueError(
                 f"{variable}={self.settings.backend} needs Harbor ({exc}): pip install"
@@ -144,7 +144,7 @@ class Runtime:
             ) from None
         kwargs = json.loads(self.settings.harbor_env_kwargs or "{}")
         try:
-            return HarborBackend(self.dataset.root, self.settings.backend[7:], kwargs=kwargs)
+            return HarborStarter(self.dataset.root, self.settings.backend[7:], kwargs=kwargs)
         except ValueError as exc:
             raise ValueError(f"{variable}={self.settings.backend}: {exc}") from None
 
@@ -184,7 +184,7 @@ class Runtime:
                 remove_containers(client, owner=self.owner)
             return OnEngine(
                 ImageResolver(client, build_network=settings.build_network),
-                DockerBackend(
+                DockerStarter(
                     lambda: client,
                     owner=self.owner,
                     environ=engine_environ(one.url, os.environ),
