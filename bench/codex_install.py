@@ -24,8 +24,8 @@ import docker
 
 from harbor_openenv.harness.codex import Codex
 from harbor_openenv.sandbox import remove_containers
-from harbor_openenv.sandbox.starter import DockerStarter
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 SPEC = ContainerSpec("debian:bookworm-slim", workdir="/work", network="none")
 

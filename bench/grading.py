@@ -21,8 +21,8 @@ import docker
 from harbor_openenv.client.launch import Server
 from harbor_openenv.episode import tamper
 from harbor_openenv.sandbox import Sandbox, remove_containers
-from harbor_openenv.sandbox.starter import DockerStarter
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "hello-world"

@@ -15,8 +15,8 @@ import threading
 import docker
 
 from harbor_openenv.sandbox import remove_containers
-from harbor_openenv.sandbox.starter import DockerStarter
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 PORT = 4180  # the relayed port inside
 # Inside: CONNECTIONS connections at once, each sends MB megabytes and reads them back; prints

@@ -102,8 +102,8 @@ def bare_sandbox(docker_client, request):
     debian:bookworm-slim, working directory /work, no network. Its agent actions (exec and the
     file actions) go through the exec channel, as a server's do, unless ``--exec-channel=0``."""
     from harbor_openenv.sandbox import remove_containers
-    from harbor_openenv.sandbox.starter import DockerStarter
     from harbor_openenv.sandbox.spec import ContainerSpec
+    from harbor_openenv.sandbox.starter import DockerStarter
 
     owner = f"test-{request.module.__name__}-{os.getpid()}"
     backend = DockerStarter(lambda: docker_client, owner=owner)

@@ -19,8 +19,8 @@ from _server import FIXTURE_TASKS, Server
 from harbor_openenv.harness.base import Budget, HarnessRun, ModelEndpoint
 from harbor_openenv.harness.codex import Codex
 from harbor_openenv.sandbox import remove_containers
-from harbor_openenv.sandbox.starter import DockerStarter
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 pytestmark = pytest.mark.docker
 

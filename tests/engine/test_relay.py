@@ -14,8 +14,8 @@ import pytest
 from _server import wait_until
 
 from harbor_openenv.sandbox import SandboxError, remove_containers
-from harbor_openenv.sandbox.starter import DockerStarter
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 pytestmark = pytest.mark.docker
 

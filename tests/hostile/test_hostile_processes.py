@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harbor_openenv.sandbox import remove_containers
-from harbor_openenv.sandbox.starter import DockerStarter
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 pytestmark = pytest.mark.docker
 

@@ -384,8 +384,8 @@ def build_app(
 
     def _remove_orphans() -> None:
         try:
-            removed = runtime.remove_orphans()
-            folders = runtime.remove_dead_scratch()
+            removed = runtime.backend.sweep()
+            folders = runtime.backend.sweep_scratch()
         except Exception as exc:  # the engine may be down; /health still answers
             log.warning("could not look for containers left by dead servers: %s", exc)
             return
