@@ -26,6 +26,7 @@ from harbor_openenv.sandbox import Sandbox, server_identity
 from harbor_openenv.serving.disk import DiskGuard
 from harbor_openenv.serving.metrics import Metrics, Snapshot
 from harbor_openenv.serving.pool import ContainerPool
+from harbor_openenv.serving.sessions import SessionCount
 from harbor_openenv.tasks.catalog import TaskCatalog
 from harbor_openenv.tasks.dataset import Dataset
 from harbor_openenv.tasks.env_vars import resolve_envs
@@ -62,8 +63,7 @@ class Runtime:
         self.pool = ContainerPool(self.backend, size=self.settings.pool_size, limit=max_sessions)
         self._removals = ThreadPoolExecutor(_REMOVERS, thread_name_prefix="harbor-openenv-remove")
         self.disk = DiskGuard(self.settings.disk_check_s)
-        self._sessions = 0  # open WebSocket sessions (app.SessionCount keeps it)
-        self._unreset = 0  # of those, the ones that have not sent a reset yet
+        self.sessions = SessionCount()  # open WebSocket sessions (app's middleware counts them)
         self.draining = threading.Event()  # set by SIGTERM's drain: no new session or episode
         self.metrics = Metrics(self.snapshot)
         # The fork points, their committed images and their branches' containers started ahead.
@@ -72,26 +72,12 @@ class Runtime:
         )
         self._capture: CaptureProxy | None = None  # started by the first rollout
 
-    # -- sessions, readiness, drain ------------------------------------------------------------
-
-    def session_opened(self) -> None:
-        with self._lock:
-            self._sessions += 1
-
-    def session_closed(self) -> None:
-        with self._lock:
-            self._sessions -= 1
-
-    def session_unreset(self, change: int) -> None:
-        """A session opened without a reset yet (+1), or sent its first or closed without (-1)."""
-        with self._lock:
-            self._unreset += change
+    # -- readiness, drain ----------------------------------------------------------------------
 
     def snapshot(self, *, containers: bool = True) -> Snapshot:
         """Sessions, episodes, capacity and the pool now; ``containers``: ask the backend for
         this server's running environments (None when it cannot answer)."""
-        with self._lock:
-            sessions, unreset = self._sessions, self._unreset
+        sessions, unreset = self.sessions.now()
         return Snapshot(
             sessions=sessions,
             unreset=unreset,
