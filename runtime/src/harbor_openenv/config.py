@@ -284,7 +284,10 @@ def _parse(variable: str, raw: str, kind: type, zero: bool) -> Any:
     if kind is str:
         return raw
     if kind is tuple:  # a comma-separated list
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
+        parts = tuple(part.strip() for part in raw.split(",") if part.strip())
+        if not parts:
+            raise ValueError(f"{variable}={raw!r} names nothing")
+        return parts
     if kind is dict:
         try:
             parsed = json.loads(raw)
@@ -331,12 +334,6 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
         values["log_level"] = level or "INFO"
     if "backend" in values:
         values["backend"] = values["backend"].strip()
-    if "docker_hosts" in values:
-        variable, raw = Settings.variable("docker_hosts"), values["docker_hosts"]
-        try:
-            _check_hosts(raw)
-        except ValueError as exc:
-            raise ValueError(f"{variable}={','.join(raw)!r} {exc}") from None
     if "reward_key" in values:
         try:
             reward_rule(values["reward_key"])
@@ -347,9 +344,7 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_hosts(urls: tuple[str, ...]) -> None:
-    """ValueError for a list of engine URLs that names none, a bad one or one twice."""
-    if not urls:
-        raise ValueError("names no engine")
+    """ValueError for a list of engine URLs that names a bad one or one twice."""
     for url in urls:
         if urlsplit(url).scheme not in ENGINE_SCHEMES:
             raise ValueError(f"{url!r} is not a unix://, tcp:// or ssh:// engine URL")
@@ -365,6 +360,11 @@ def _cross_checked(settings: Settings) -> None:
         settings.backend.startswith("harbor:") and settings.backend[7:]
     ):
         raise ValueError(f"{backend}={settings.backend!r} must be docker or harbor:TYPE")
+    if settings.docker_hosts:
+        try:
+            _check_hosts(settings.docker_hosts)
+        except ValueError as exc:
+            raise ValueError(f"{hosts}={','.join(settings.docker_hosts)!r} {exc}") from None
     if settings.harbor_type and settings.pool_size:
         raise ValueError(
             f"{pool}={settings.pool_size}: Harbor's backends ({backend}={settings.backend})"
