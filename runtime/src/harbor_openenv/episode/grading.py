@@ -14,7 +14,6 @@ its stopped environment before test.sh starts.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,15 +42,13 @@ class Grading(Protocol):
     ) -> Verdict: ...
 
 
-def grading_mode(task: Task, step: StepConfig | None, pristine: str) -> Mode:
+def grading_mode(task: Task, step: StepConfig | None, pristine: bool) -> Mode:
     """The step's grading: ``separate`` as the task says; ``pristine`` for a shared-mode step of a
-    task that ``pristine`` (``HARBOR_OPENENV_PRISTINE_VERIFIER``: comma-separated task-ID
-    patterns) names, never a compose task's; else ``shared``."""
+    task the server names (``pristine``: ``Settings.pristine(task.id)``), never a compose
+    task's; else ``shared``."""
     if verifier_mode(task.config, step) == "separate":
         return "separate"
-    patterns = [pattern.strip() for pattern in pristine.split(",")]
-    named = any(pattern and fnmatch.fnmatchcase(task.id, pattern) for pattern in patterns)
-    return "pristine" if named and task.compose_file is None else "shared"
+    return "pristine" if pristine and task.compose_file is None else "shared"
 
 
 @dataclass(frozen=True)
