@@ -21,8 +21,8 @@ from _processes import baseline_pids, build_attack, processes
 from _server import Server
 
 from harbor_openenv.sandbox import remove_containers
-from harbor_openenv.sandbox.backend import DockerBackend
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 pytestmark = pytest.mark.docker
 
@@ -86,7 +86,7 @@ def test_a_full_process_table_keeps_the_root_service(docker_client, attack, tmp_
         docker_client, "harbor-openenv-test/service", SERVICE_IMAGE, tmp_path_factory.mktemp("s")
     )
     owner = f"test-hostile-resources-{time.monotonic_ns()}"
-    backend = DockerBackend(lambda: docker_client, owner=owner)
+    backend = DockerStarter(lambda: docker_client, owner=owner)
     box = backend.start(
         ContainerSpec(image, workdir="/work", network="none", pids_limit=64), task_id="service"
     )
