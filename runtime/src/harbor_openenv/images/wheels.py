@@ -160,11 +160,11 @@ def fill_wheels(
     elif not re.fullmatch(r"\d+\.\d+", python_version):
         raise WheelsError(f"--python {python_version}: give a version like 3.12")
     elif image is not None:
-        found = image_python(image)
-        if found is not None and found != python_version:
+        runs = image_python(image)
+        if runs is not None and runs != python_version:
             raise WheelsError(
-                f"--python {python_version}, but the base image {image} runs Python {found}:"
-                f" its pip would refuse these wheels; drop --python (or pass --python {found})"
+                f"--python {python_version}, but the base image {image} runs Python {runs}:"
+                f" its pip would refuse these wheels; drop --python (or pass --python {runs})"
             )
 
     with tempfile.TemporaryDirectory(prefix="harbor-openenv-wheels-") as tmp:
