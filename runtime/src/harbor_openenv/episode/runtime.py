@@ -31,8 +31,10 @@ from harbor_openenv.episode.record import Recorder
 from harbor_openenv.harness.base import HarnessError
 from harbor_openenv.harness.capture import CaptureProxy
 from harbor_openenv.images.lock import LOCK_NAME, LockedImage, read_lock, stale_pin
+from harbor_openenv.images.reach import GUESSED, Reach
 from harbor_openenv.images.resolver import ImageError, ImageResolver, verifier_source
 from harbor_openenv.sandbox import (
+    LABEL,
     LABEL_OWNER,
     Sandbox,
     SandboxError,
@@ -95,6 +97,7 @@ class Runtime:
         self._stale: dict[str, str | None] = {}  # per pinned task, checked once
         max_sessions = max_sessions or self.settings.max_sessions
         self.owner = server_identity()
+        self._labels = {LABEL: "1", LABEL_OWNER: self.owner}  # on a throwaway probe's container
         self._docker: docker.DockerClient | None = None
         self._resolver: ImageResolver | None = None
         self._lock = threading.Lock()
@@ -110,6 +113,7 @@ class Runtime:
             )
         # What puts codex into each engine's helper volume: one, so its archive is made once.
         self._codex = None if backend or self.harbor else self._codex_volume()
+        self._custom_backend = backend is not None
         # HARBOR_OPENENV_DOCKER_HOSTS: several engines, each episode placed on one of them.
         self.engines = (
             self._engine_set(max_sessions) if self.settings.docker_hosts and not backend else None
@@ -183,7 +187,7 @@ class Runtime:
             if one.generation:  # it came back: the episodes it held have ended
                 remove_containers(client, owner=self.owner)
             return OnEngine(
-                ImageResolver(client, build_network=settings.build_network),
+                ImageResolver(client, build_network=settings.build_network, labels=self._labels),
                 DockerBackend(
                     lambda: client,
                     owner=self.owner,
@@ -289,7 +293,9 @@ class Runtime:
                 except docker.errors.DockerException as exc:
                     raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
                 self._docker = client
-                self._resolver = ImageResolver(client, build_network=self.settings.build_network)
+                self._resolver = ImageResolver(
+                    client, build_network=self.settings.build_network, labels=self._labels
+                )
             return self._docker
 
     def _tls_contents(self) -> None:
@@ -355,6 +361,15 @@ class Runtime:
                 f"{exc} (the image {LOCK_NAME} pins for task {task.id}: push it again with"
                 " `harbor-openenv images push`, or log the engine in to its registry)"
             ) from None
+
+    def reach(self, image: str, on: Engine[OnEngine] | None = None, *, wait: bool = True) -> Reach:
+        """What the verifier of ``image`` can execute or import, and what the image shipped
+        (:mod:`.images.reach`: probed once per image, on engine ``on`` of several); guessed
+        where this server does not start its own containers (Harbor's backends, a test's).
+        ``wait`` False: start the probe in the background, answer the guess meanwhile."""
+        if self.harbor or self._custom_backend:
+            return GUESSED
+        return self.images_on(on).reach(image, wait=wait)
 
     def spec(
         self, image: str, table: EnvironmentConfig, env: dict[str, str], network_mode: str
