@@ -17,8 +17,9 @@ the working directory, a ``pytest_*`` module), ``shell_startup`` (profiles, rc f
 the verifier runs as it likes, ``/opt/app/run.py`` included), and, not suspect, ``installs``
 (files an install's own metadata lists: the ``RECORD`` of a ``.dist-info`` written in a real
 site folder) and ``other`` (files added where nothing reaches). Never counted: the working
-directory, ``/logs``, ``/tests`` and ``/solution`` (the agent's and the runtime's own, the tests
-staged afresh) and the kernel's ``/proc`` and ``/sys``.
+directory, ``/logs``, ``/tests``, ``/solution`` and the helper's read-only mount (the agent's
+and the runtime's own, the tests staged afresh), the kernel's ``/proc`` and ``/sys``, and the
+engine's ``/etc/hosts``, ``/etc/hostname`` and ``/etc/resolv.conf`` (which its uploads touch).
 
 Added or changed comes from the image's list of shipped paths (else from the engine's list).
 A deleted path (the engine's kind 2) counts in the same classes, apart (``deleted``); deletions
@@ -48,7 +49,10 @@ SUSPECT = (
     "image_files",
 )
 CLASSES = (*SUSPECT, "installs", "other")
-_IGNORED = ("/logs", "/tests", "/solution", "/proc", "/sys")
+_IGNORED = ("/logs", "/tests", "/solution", "/proc", "/sys", "/.harbor-openenv")
+# The engine's own files of each container, bind-mounted: its list names them, and its archive
+# operations (every upload) set their ctime, so neither list tells whether the agent changed them.
+_ENGINE_FILES = ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
 _SHELL_FILES = {".bashrc", ".profile", ".bash_profile", ".bash_login", ".zshrc", ".zshenv"}
 _SHELL_ETC = ("/etc/profile", "/etc/profile.d/", "/etc/bash.bashrc", "/etc/environment", "/etc/zsh")
 _HOOKS = ("sitecustomize", "usercustomize")
@@ -292,6 +296,8 @@ def skipped(workdir: str) -> list[str]:
 
 
 def _ignored(path: str, workdir: str) -> bool:
+    if path in _ENGINE_FILES:
+        return True
     root = workdir.rstrip("/") or "/"
     if root != "/" and _within(root, path):
         return True
