@@ -184,7 +184,7 @@ def test_the_probes_output_is_read():
         ["PATH=/opt/venv/bin:/usr/bin", "LD_PRELOAD=/a.so /b.so", "X=/y"], output + b"/a\0/b/c\0"
     )
     assert reach.path_dirs[:2] == ("/opt/venv/bin", "/usr/bin")
-    assert "/opt/venv/pyvenv.cfg".rsplit("/", 1)[0] in reach.interpreter_dirs
+    assert {"/opt/venv/bin", "/opt/venv"} <= set(reach.interpreter_dirs)  # beside, above
     assert reach.named() == [("/a.so", "libraries"), ("/b.so", "libraries")]
     assert reach.shipped is not None and "/b/c" in reach.shipped and "/b" not in reach.shipped
     assert reach.shipped.holds("/b") and not reach.shipped.holds("/c")

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import array
 import bisect
+import io
 import json
+import logging
 import posixpath
 import re
+import tarfile
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import docker
 import docker.errors
+import requests
 
 DEFAULT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 LIB_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
@@ -35,6 +39,7 @@ ENV_CLASSES = {
     "ENV": "shell_startup",
     "PYTHONSTARTUP": "interpreter_hooks",
 }
+log = logging.getLogger("harbor_openenv")
 _MARK = "@@harbor-openenv-reach"
 _PY = (
     "import sys, json; import site\n"
@@ -43,11 +48,14 @@ _PY = (
     f"print('{_MARK} ' + json.dumps([sys.executable, sys.prefix, sys.base_prefix,"
     " [p for p in sys.path if p], g(), u()]))"
 )
-# $@: the PATH folders. Interpreters first (one JSON line each), then every path, NUL-separated.
+_OUT = "/harbor-openenv-reach"
+_PROBE_TIMEOUT_S = 300
+# $@: the PATH folders. Interpreters first (one JSON line each), then every path, NUL-separated,
+# into _OUT (listed too: it is the probe's, harmless).
 _SCRIPT = (
-    'for d in "$@"; do for f in "$d"/python*; do case "$f" in *-config|*"*") continue;; esac;'
-    ' [ -f "$f" ] && [ -x "$f" ] && "$f" -B -c "$PY" 2>/dev/null; done; done;'
-    f" echo {_MARK}-files; find / -xdev -print0 2>/dev/null"
+    '{ for d in "$@"; do for f in "$d"/python*; do case "$f" in *-config|*"*") continue;; esac;'
+    ' [ -f "$f" ] && [ -x "$f" ] && "$f" -B -c "$PY"; done; done;'
+    f" echo {_MARK}-files; find / -xdev -print0; }} > {_OUT} 2>/dev/null"
 )
 
 
@@ -217,12 +225,13 @@ def probe(client: docker.DockerClient, image: str, labels: Mapping[str, str]) ->
     reach (no interpreters, nothing known shipped) where the image cannot run the probe."""
     try:
         env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
-    except docker.errors.DockerException:
-        return Reach()
+    except docker.errors.DockerException as exc:
+        log.warning("the tamper report's probe of %s failed (%s): its reach is guessed", image, exc)
+        return GUESSED
     variables = dict(entry.partition("=")[::2] for entry in env)
     dirs = _split(variables.get("PATH", "")) or list(DEFAULT_PATH)
     try:
-        output = client.containers.run(
+        holder = client.containers.create(
             image,
             ["-c", _SCRIPT, "sh", *dict.fromkeys([*dirs, *DEFAULT_PATH])],
             entrypoint=["sh"],
@@ -230,13 +239,25 @@ def probe(client: docker.DockerClient, image: str, labels: Mapping[str, str]) ->
             user="0",
             network_mode="none",
             labels=dict(labels),
-            remove=True,
-            stdout=True,
-            stderr=False,
         )
-    except docker.errors.DockerException:
+        try:
+            holder.start()
+            holder.wait(timeout=_PROBE_TIMEOUT_S)
+            stream, _ = holder.get_archive(_OUT)  # a file, not its log: that may come cut
+            output = _member(b"".join(stream))
+        finally:
+            holder.remove(force=True)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        log.warning("the tamper report's probe of %s failed (%s): its reach is guessed", image, exc)
         return parse(env, b"")
-    return parse(env, bytes(output))
+    return parse(env, output)
+
+
+def _member(archive: bytes) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        member = tar.next()
+        stream = tar.extractfile(member) if member is not None else None
+        return stream.read() if stream is not None else b""
 
 
 class Reaches:
