@@ -48,8 +48,8 @@ REACH = Reach(
 )
 
 
-def report_of(changes, reach=REACH, records=None):
-    return classify(changes, "/app", reach, records.get if records is not None else None)
+def report_of(changes, reach=REACH):
+    return classify(changes, "/app", reach)
 
 
 def test_each_class_and_what_is_never_counted():
@@ -109,47 +109,38 @@ def test_the_blind_classes_of_round_three_are_reported():
         assert report.counts == {kind: 1} and report.suspect, (path, report)
 
 
-def test_a_new_program_is_an_install_only_by_its_records():
+def test_a_new_program_is_an_install_only_beside_its_metadata():
     """A new program on PATH beside any site-packages-looking path is an executable; beside an
-    install whose RECORD lists it, the install's entry point."""
+    install's metadata in a real site folder, the install's entry point."""
     fake = report_of([("/var/site-packages/x", ADDED), ("/usr/local/bin/tool", ADDED)])
     assert fake.counts == {"other": 1, "executables": 1} and fake.suspect
     info = f"{SITE}/tool-1.0.dist-info"
-    record = b"tool/__init__.py,sha256=x,1\n../../../bin/tool,sha256=y,2\n" + (
-        b"tool-1.0.dist-info/RECORD,,\n"
-    )
     install = [(f"{SITE}/tool/__init__.py", ADDED), (f"{info}/RECORD", ADDED)]
-    install += [
-        ("/usr/local/bin/tool", ADDED),
-        (f"{SITE}/tool/__pycache__/__init__.cpython-312.pyc", 1),
-    ]
-    report = report_of(install, records={f"{info}/RECORD": record})
+    install += [("/usr/local/bin/tool", ADDED), (f"{SITE}/tool/__pycache__/x.pyc", ADDED)]
+    report = report_of(install)
     assert (report.counts, report.suspect) == ({"installs": 4}, False)
-    unlisted = report_of(
-        [*install, (f"{SITE}/tool/extra.py", ADDED)], records={f"{info}/RECORD": record}
-    )
-    assert unlisted.counts == {"installs": 4, "libraries": 1} and unlisted.suspect
-    no_metadata = report_of(install)  # its RECORD unreadable: only the metadata is the install's
-    assert no_metadata.counts == {"installs": 1, "libraries": 2, "executables": 1}
+    replaced = report_of([*install, ("/usr/local/bin/python3.12", MODIFIED)])
+    assert replaced.counts["executables"] == 1 and replaced.suspect  # the image's, changed
+    no_metadata = report_of(install[:1] + install[2:])
+    assert no_metadata.counts == {"libraries": 2, "executables": 1}
 
 
-def test_an_in_place_edit_is_an_install_only_where_its_record_lists_it():
+def test_an_in_place_edit_is_an_install_only_in_an_upgrade():
     upgrade = [
         (f"{SITE}/requests-2.0.dist-info", DELETED),
         (f"{SITE}/requests-3.0.dist-info/RECORD", ADDED),
         (f"{SITE}/requests/__init__.py", MODIFIED),
         (f"{SITE}/requests/old.py", DELETED),
     ]
-    records = {f"{SITE}/requests-3.0.dist-info/RECORD": b"requests/__init__.py,,\n"}
-    report = report_of(upgrade, records=records)
+    report = report_of(upgrade)
     assert (report.counts, report.deleted, report.suspect) == (
         {"installs": 2},
         {"installs": 2},
         False,
     )
-    edited = report_of(upgrade[2:3] + upgrade[1:2], records=records)
-    assert edited.counts == {"installs": 2}  # listed by the new install's RECORD
-    alone = report_of([(f"{SITE}/requests/__init__.py", MODIFIED)], records=records)
+    beside = report_of(upgrade[1:3])  # an install beside, the image's module edited in place
+    assert beside.counts == {"installs": 1, "libraries": 1} and beside.suspect
+    alone = report_of([(f"{SITE}/requests/__init__.py", MODIFIED)])
     assert alone.counts == {"libraries": 1} and alone.suspect
 
 

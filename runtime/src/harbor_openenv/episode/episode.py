@@ -460,7 +460,7 @@ class Episode:
             return {"error": str(exc)}
         if changes is None:
             return None
-        report = tamper.classify(changes, self.sandbox.workdir, reach, tamper.reader(self.sandbox))
+        report = tamper.classify(changes, self.sandbox.workdir, reach)
         for kind, count in report.counts.items():
             if count:
                 self.runtime.metrics.tamper.labels(kind).inc()

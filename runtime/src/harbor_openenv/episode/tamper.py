@@ -14,26 +14,30 @@ object, below a library folder, a folder ``PYTHONPATH``/``LD_LIBRARY_PATH`` name
 it, ``PYTHONSTARTUP``), ``pytest`` (``conftest.py``, a pytest configuration file in ``/`` or above
 the working directory, a ``pytest_*`` module), ``shell_startup`` (profiles, rc files,
 ``BASH_ENV``), ``image_files`` (any other file the image shipped, changed in place or deleted:
-the verifier runs as it likes, ``/opt/app/run.py`` included), and, not suspect, ``installs``
-(files an install's own metadata lists: the ``RECORD`` of a ``.dist-info`` written in a real
-site folder) and ``other`` (files added where nothing reaches). Never counted: the working
-directory, ``/logs``, ``/tests``, ``/solution`` and the helper's read-only mount (the agent's
-and the runtime's own, the tests staged afresh), the kernel's ``/proc`` and ``/sys``, and the
-engine's ``/etc/hosts``, ``/etc/hostname`` and ``/etc/resolv.conf`` (which its uploads touch).
+the verifier runs as it likes, ``/opt/app/run.py`` included; or a module added beside the
+image's own), and, not suspect, ``installs`` and ``other`` (files added where nothing
+reaches). An install is recognised by its own metadata in a real site folder of the image's
+interpreters: a ``.dist-info`` (``.egg-info``) written there makes the files added in that
+folder, and the programs added to a ``PATH`` folder, an install's; files of the image changed
+in place there are an install's only where one of its metadata folders went and another came
+(an upgrade). Its ``RECORD`` is not read (the engine reads a file in some 150 ms).
+
+Never counted: the working directory, ``/logs``, ``/tests``, ``/solution`` and the helper's
+read-only mount (the agent's and the runtime's own, the tests staged afresh), the kernel's
+``/proc`` and ``/sys``, and the engine's ``/etc/hosts``, ``/etc/hostname`` and
+``/etc/resolv.conf`` (which its uploads touch).
 
 Added or changed comes from the image's list of shipped paths (else from the engine's list).
 A deleted path (the engine's kind 2) counts in the same classes, apart (``deleted``); deletions
-in a site folder are an install's only where a ``.dist-info`` there went and another came (an
-upgrade). The keeper's walk cannot see a deleted entry, only that its folder changed
-(:func:`hides_deletions`): the engine's list then names what went.
+in a site folder are an install's only in an upgrade. The keeper's walk cannot see a deleted
+entry, only that its folder changed (:func:`hides_deletions`): the engine's list then names
+what went.
 """
 
 from __future__ import annotations
 
-import csv
 import posixpath
-import tarfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +63,6 @@ _HOOKS = ("sitecustomize", "usercustomize")
 _INTERPRETER_FILES = ("pyvenv.cfg", "pybuilddir.txt")
 _PYTEST_FILES = {"pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"}
 _METADATA = (".dist-info", ".egg-info")
-_RECORD_BYTES = 4 << 20
 SHOWN = 5  # paths kept per class
 ADDED, MODIFIED, DELETED = 1, 0, 2  # the engine's change kinds
 
@@ -88,24 +91,20 @@ class TamperReport:
         }
 
 
-Records = Callable[[str], bytes | None]  # a metadata file's bytes, as the engine reads it
-
-
 def classify(
     changes: Iterable[tuple[str, int]],
     workdir: str,
     reach: Reach = GUESSED,
-    records: Records | None = None,
 ) -> TamperReport:
     """The report of the changes (path, kind) of an agent working in ``workdir`` in an image of
-    ``reach``; ``records`` reads an install's metadata (None: nothing is an install)."""
+    ``reach``."""
     shipped = reach.shipped
     changes = [
         (path, kind if kind == DELETED or shipped is None else int(path not in shipped))
         for path, kind in changes
     ]
     parents = {posixpath.dirname(path) for path, _ in changes}
-    places = _Places(reach, workdir, changes, records)
+    places = _Places(reach, workdir, changes)
     report = TamperReport()
     for path, kind in sorted(changes):
         if path in parents or _ignored(path, workdir):
@@ -130,7 +129,6 @@ class _Places:
         reach: Reach,
         workdir: str,
         changes: list[tuple[str, int]],
-        records: Records | None,
     ) -> None:
         self.reach, self.workdir = reach, workdir.rstrip("/") or "/"
         self.roots = reach.import_roots
@@ -151,11 +149,7 @@ class _Places:
                     gone.setdefault(site, set()).add(folder)
         self.upgraded = {site for site in gone if written.get(site)}
         self.written = {folder for folders in written.values() for folder in folders}
-        self.recorded: set[str] = set()
-        if records is not None:
-            for site, folders in written.items():
-                for folder in sorted(folders):
-                    self.recorded |= _recorded(site, folder, records)
+        self.installing = set(written)  # the site folders an install wrote its metadata in
 
     def class_of(self, path: str, kind: int) -> str:
         base, folder = posixpath.basename(path), posixpath.dirname(path)
@@ -171,13 +165,13 @@ class _Places:
         if base in _PYTEST_FILES and _within(folder, self.workdir):
             return "pytest"  # where pytest looks for its configuration: the rootdir and above
         if site and (
-            self._recorded(path)
-            or (kind == DELETED and site in self.upgraded)
-            or (kind != DELETED and _below(path, self.written))
+            (kind != DELETED and _below(path, self.written))
+            or (kind == ADDED and site in self.installing)
+            or site in self.upgraded
         ):
-            return "installs"  # listed by its install's metadata, or that metadata itself
-        if folder in self.path_dirs and self._recorded(path) and kind != DELETED:
-            return "installs"  # an entry point its install's RECORD lists
+            return "installs"  # an install's metadata, what it added beside, what it upgraded
+        if folder in self.path_dirs and kind == ADDED and self.installing:
+            return "installs"  # an entry point an install added
         for named, name in self.named:
             if _within(named, path):
                 return name
@@ -196,32 +190,6 @@ class _Places:
             return "image_files"  # beside the image's code: a script run there imports it first
         return "other"
 
-    def _recorded(self, path: str) -> bool:
-        """Whether an install's metadata lists ``path`` (or the source a ``__pycache__`` file
-        compiles)."""
-        if path in self.recorded:
-            return True
-        folder = posixpath.dirname(path)
-        if posixpath.basename(folder) != "__pycache__":
-            return False
-        source = posixpath.basename(path).split(".")[0] + ".py"
-        return posixpath.join(posixpath.dirname(folder), source) in self.recorded
-
-
-def _recorded(site: str, folder: str, records: Records) -> set[str]:
-    """The paths the metadata in ``folder`` (of site folder ``site``) says its install wrote:
-    a ``.dist-info``'s ``RECORD`` (relative to the site folder), an ``.egg-info``'s
-    ``installed-files.txt`` (relative to itself)."""
-    if folder.endswith(".dist-info"):
-        data, base = records(f"{folder}/RECORD"), site
-    else:
-        data, base = records(f"{folder}/installed-files.txt"), folder
-    if not data:
-        return set()
-    lines = data.decode(errors="replace").splitlines()
-    rows = csv.reader(lines) if folder.endswith(".dist-info") else ([line] for line in lines)
-    return {posixpath.normpath(posixpath.join(base, row[0])) for row in rows if row and row[0]}
-
 
 def _below(path: str, roots: Iterable[str]) -> str:
     """The longest of ``roots`` that ``path`` is in or equal to ('' if none)."""
@@ -234,23 +202,6 @@ def _below(path: str, roots: Iterable[str]) -> str:
 
 def _within(root: str, path: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def reader(sandbox: Sandbox) -> Records:
-    """An install's metadata files of ``sandbox``, as the engine reads them (no program of the
-    container's), at most 4 MiB each."""
-
-    def read(path: str) -> bytes | None:
-        with sandbox.download(path) as archive:
-            if archive is None or archive.size > _RECORD_BYTES:
-                return None
-            with tarfile.open(fileobj=archive.stream, mode="r|") as tar:
-                for member in tar:
-                    stream = tar.extractfile(member) if member.isfile() else None
-                    return stream.read(_RECORD_BYTES) if stream is not None else None
-        return None
-
-    return read
 
 
 def changes(sandbox: Sandbox, reach: Reach = GUESSED) -> list[tuple[str, int]] | None:
