@@ -36,8 +36,9 @@ what went.
 
 from __future__ import annotations
 
+import functools
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,7 @@ _HOOKS = ("sitecustomize", "usercustomize")
 _INTERPRETER_FILES = ("pyvenv.cfg", "pybuilddir.txt")
 _PYTEST_FILES = {"pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"}
 _METADATA = (".dist-info", ".egg-info")
+_LIBS = frozenset(LIB_DIRS)
 SHOWN = 5  # paths kept per class
 ADDED, MODIFIED, DELETED = 1, 0, 2  # the engine's change kinds
 
@@ -105,11 +107,15 @@ def classify(
     ]
     parents = {posixpath.dirname(path) for path, _ in changes}
     places = _Places(reach, workdir, changes)
+    never = _never_counted(workdir)
     report = TamperReport()
     for path, kind in sorted(changes):
-        if path in parents or _ignored(path, workdir):
-            continue  # a folder holding other changes, or the agent's and the runtime's own
-        name = places.class_of(path, kind)
+        if path in parents or path in _ENGINE_FILES:
+            continue  # a folder holding other changes, or the engine's own
+        chain = _chain(path)
+        if _below(chain, never):
+            continue  # the agent's and the runtime's own
+        name = places.class_of(path, kind, chain)
         counts, shown = (
             (report.deleted, report.deleted_paths)
             if kind == DELETED
@@ -131,14 +137,16 @@ class _Places:
         changes: list[tuple[str, int]],
     ) -> None:
         self.reach, self.workdir = reach, workdir.rstrip("/") or "/"
-        self.roots = reach.import_roots
-        self.sites = reach.site_dirs
+        self.roots = frozenset(reach.import_roots)
+        self.sites = frozenset(reach.site_dirs)
         self.path_dirs = set(reach.path_dirs)
         self.interpreter_dirs = set(reach.interpreter_dirs)
-        self.named = reach.named()
+        self.named = dict(reversed(reach.named()))  # the first variable naming a path wins
         written: dict[str, set[str]] = {}  # per site folder: metadata folders written, gone
         gone: dict[str, set[str]] = {}
         for path, kind in changes:
+            if not any(marker in path for marker in _METADATA):
+                continue
             site = _below(path, self.sites)
             top = path[len(site) + 1 :].split("/", 1)[0] if site and site != path else ""
             if top.endswith(_METADATA):
@@ -151,31 +159,32 @@ class _Places:
         self.written = {folder for folders in written.values() for folder in folders}
         self.installing = set(written)  # the site folders an install wrote its metadata in
 
-    def class_of(self, path: str, kind: int) -> str:
+    def class_of(self, path: str, kind: int, chain: list[str]) -> str:
+        """The class of ``path`` (its :func:`_chain`: ``chain``) changed as ``kind`` says."""
         base, folder = posixpath.basename(path), posixpath.dirname(path)
-        site = _below(path, self.sites)
+        site = _below(chain, self.sites)
         if (base.endswith(".pth") and folder in self.sites) or base.split(".")[0] in _HOOKS:
             return "interpreter_hooks"
         if folder in self.interpreter_dirs and (
             base in _INTERPRETER_FILES or base.endswith("._pth")
         ):
             return "interpreter_hooks"
-        if base == "conftest.py" or (_below(path, self.roots) and base.startswith("pytest_")):
+        if base == "conftest.py" or (_below(chain, self.roots) and base.startswith("pytest_")):
             return "pytest"
         if base in _PYTEST_FILES and _within(folder, self.workdir):
             return "pytest"  # where pytest looks for its configuration: the rootdir and above
         if site and (
-            (kind != DELETED and _below(path, self.written))
+            (kind != DELETED and _below(chain, self.written))
             or (kind == ADDED and site in self.installing)
             or site in self.upgraded
         ):
             return "installs"  # an install's metadata, what it added beside, what it upgraded
         if folder in self.path_dirs and kind == ADDED and self.installing:
             return "installs"  # an entry point an install added
-        for named, name in self.named:
-            if _within(named, path):
-                return name
-        if _below(path, self.roots) or _below(path, LIB_DIRS) or path.startswith("/etc/ld.so"):
+        named = _below(chain, self.named)
+        if named:
+            return self.named[named]
+        if _below(chain, self.roots) or _below(chain, _LIBS) or path.startswith("/etc/ld.so"):
             return "libraries"
         if ".so." in base or base.endswith(".so"):
             return "libraries"
@@ -191,13 +200,18 @@ class _Places:
         return "other"
 
 
-def _below(path: str, roots: Iterable[str]) -> str:
-    """The longest of ``roots`` that ``path`` is in or equal to ('' if none)."""
-    found = ""
-    for root in roots:
-        if len(root) > len(found) and _within(root, path):
-            found = root
-    return found
+def _chain(path: str) -> list[str]:
+    """``path`` and the folders above it, longest first."""
+    chain, end = [path], len(path)
+    while (end := path.rfind("/", 0, end)) > 0:
+        chain.append(path[:end])
+    return [*chain, "/"]
+
+
+def _below(path: str | list[str], roots: Collection[str]) -> str:
+    """The longest of ``roots`` that ``path`` (or its :func:`_chain`) is in or equal to ('' if
+    none)."""
+    return next((p for p in (_chain(path) if isinstance(path, str) else path) if p in roots), "")
 
 
 def _within(root: str, path: str) -> bool:
@@ -247,9 +261,9 @@ def skipped(workdir: str) -> list[str]:
 
 
 def _ignored(path: str, workdir: str) -> bool:
-    if path in _ENGINE_FILES:
-        return True
-    root = workdir.rstrip("/") or "/"
-    if root != "/" and _within(root, path):
-        return True
-    return any(_within(top, path) for top in _IGNORED)
+    return path in _ENGINE_FILES or bool(_below(path, _never_counted(workdir)))
+
+
+@functools.cache
+def _never_counted(workdir: str) -> frozenset[str]:
+    return frozenset(skipped(workdir))
