@@ -22,8 +22,8 @@ from harbor_openenv.client.launch import Server
 from harbor_openenv.episode import tamper
 from harbor_openenv.images.reach import probe
 from harbor_openenv.sandbox import LABEL, LABEL_OWNER, Sandbox, remove_containers
-from harbor_openenv.sandbox.backend import DockerBackend
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "hello-world"
@@ -58,7 +58,7 @@ def evaluates_ms(tasks: Path, reps: int, pause: float) -> tuple[list[float], lis
 def report_ms(files: int) -> tuple[float, dict[str, dict[str, float]]]:
     """The image's reach probed once (seconds: once per image, in the background of the first
     episode), and the tamper report (:func:`tamper.changes` and the classification with that
-    reach, an install's RECORD read through the engine) by scene: a small change, ``files``
+    reach) by scene: a small change, ``files``
     files added in a library folder, an install (a package, its ``.dist-info`` and an entry
     point), and a deleted program (which the keeper's walk cannot see: the engine's list is
     asked too), median ms of five each: as evaluate asks it (the keeper's walk), of the engine
@@ -66,7 +66,7 @@ def report_ms(files: int) -> tuple[float, dict[str, dict[str, float]]]:
     includes)."""
     client = docker.from_env()
     owner = f"bench-grading-{time.monotonic_ns()}"
-    backend = DockerBackend(lambda: client, owner=owner)
+    backend = DockerStarter(lambda: client, owner=owner)
     start = time.perf_counter()
     reach = probe(client, IMAGE, {LABEL: "1", LABEL_OWNER: owner})
     probe_s = time.perf_counter() - start
