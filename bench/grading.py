@@ -20,12 +20,14 @@ import docker
 
 from harbor_openenv.client.launch import Server
 from harbor_openenv.episode import tamper
-from harbor_openenv.sandbox import Sandbox, remove_containers
+from harbor_openenv.images.reach import probe
+from harbor_openenv.sandbox import LABEL, LABEL_OWNER, Sandbox, remove_containers
 from harbor_openenv.sandbox.spec import ContainerSpec
 from harbor_openenv.sandbox.starter import DockerStarter
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "hello-world"
+IMAGE = "python:3.12-slim"
 
 
 def evaluates_ms(tasks: Path, reps: int, pause: float) -> tuple[list[float], list[float]]:
@@ -53,30 +55,37 @@ def evaluates_ms(tasks: Path, reps: int, pause: float) -> tuple[list[float], lis
     return times
 
 
-def report_ms(files: int) -> dict[str, dict[str, float]]:
-    """The tamper report (:func:`tamper.changes` and the classification) by scene: a small
-    change, ``files`` files added in site-packages, and a deleted program (which the keeper's
-    walk cannot see: the engine's list is asked too), median ms of five each: as evaluate asks it
-    (the keeper's walk), of the engine alone (its diff), and a keeper request that does nothing
-    (the round trip the keeper's figure includes)."""
+def report_ms(files: int) -> tuple[float, dict[str, dict[str, float]]]:
+    """The image's reach probed once (seconds: once per image, in the background of the first
+    episode), and the tamper report (:func:`tamper.changes` and the classification with that
+    reach) by scene: a small change, ``files``
+    files added in a library folder, an install (a package, its ``.dist-info`` and an entry
+    point), and a deleted program (which the keeper's walk cannot see: the engine's list is
+    asked too), median ms of five each: as evaluate asks it (the keeper's walk), of the engine
+    alone (its diff), and a keeper request that does nothing (the round trip the keeper's figure
+    includes)."""
     client = docker.from_env()
     owner = f"bench-grading-{time.monotonic_ns()}"
     backend = DockerStarter(lambda: client, owner=owner)
+    start = time.perf_counter()
+    reach = probe(client, IMAGE, {LABEL: "1", LABEL_OWNER: owner})
+    probe_s = time.perf_counter() - start
     ways: dict[str, Callable[[Sandbox], object]] = {
         "round trip": lambda box: box._ask(["nothing"]),
-        "keeper": lambda box: tamper.classify(tamper.changes(box) or [], "/app"),
-        "engine": lambda box: tamper.classify(box.changes() or [], "/app"),
+        "keeper": lambda box: tamper.classify(tamper.changes(box, reach) or [], "/app", reach),
+        "engine": lambda box: tamper.classify(box.changes() or [], "/app", reach),
     }
-    site = "/usr/local/lib/python3.12/site-packages/pkg"
+    lib = "/usr/local/lib/python3.12/site-packages/pkg"
     scenes = {
-        "small diff": _add_files(site, 3),
-        f"{files} files": _add_files(site, files),
+        "small diff": _add_files(lib, 3),
+        f"{files} files": _add_files(lib, files),
+        "an install": _install(),
         "a deleted program": "rm /usr/bin/xargs",
     }
     timings: dict[str, dict[str, float]] = {}
     try:
         for scene, script in scenes.items():
-            box = backend.start(ContainerSpec("python:3.12-slim", network="none"), task_id="b")
+            box = backend.start(ContainerSpec(IMAGE, network="none"), task_id="b")
             box.exec_root(script, timeout_s=600)
             samples: dict[str, list[float]] = {way: [] for way in ways}
             for _ in range(5):
@@ -88,7 +97,19 @@ def report_ms(files: int) -> dict[str, dict[str, float]]:
             box.remove()
     finally:
         remove_containers(client, owner=owner)
-    return timings
+    return probe_s, timings
+
+
+def _install() -> str:
+    """What ``pip install`` leaves: a package, its ``.dist-info`` whose RECORD lists every file,
+    and an entry point on PATH (Debian's python3 site folder of the stand-in image)."""
+    site = "/usr/local/lib/python3.11/dist-packages"
+    record = "tool/__init__.py,,\\ntool-1.0.dist-info/RECORD,,\\n../../../bin/tool,,\\n"
+    return (
+        f"mkdir -p {site}/tool {site}/tool-1.0.dist-info && : > {site}/tool/__init__.py"
+        f" && printf '{record}' > {site}/tool-1.0.dist-info/RECORD"
+        " && printf '#!/bin/sh\\n' > /usr/local/bin/tool"
+    )
 
 
 def _add_files(folder: str, count: int) -> str:
@@ -106,7 +127,7 @@ def main() -> int:
     args = parser.parse_args()
     tasks = ROOT / "examples" / "dataset" / "tasks"
     shared, pristine = evaluates_ms(tasks, args.reps, args.pause)
-    report = report_ms(args.files)
+    probe_s, report = report_ms(args.files)
     base = statistics.median(shared)
     ratio = statistics.median(pristine) / base
     print(f"evaluate, shared container: median {base:.0f} ms")
@@ -114,6 +135,7 @@ def main() -> int:
         f"evaluate, pristine: median {statistics.median(pristine):.0f} ms = {ratio:.2f}x"
         f" (goal <= 1.5x: {'met' if ratio <= 1.5 else 'missed'})"
     )
+    print(f"the image's reach, probed once per image: {probe_s:.1f} s")
     for scene, ways in report.items():
         keeper, engine, trip = ways["keeper"], ways["engine"], ways["round trip"]
         print(

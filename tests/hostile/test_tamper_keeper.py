@@ -5,11 +5,14 @@ same container, everything the engine's list reports suspect is reported by the 
 
 from __future__ import annotations
 
+import functools
 import time
 
 import pytest
 
 from harbor_openenv.episode import tamper
+from harbor_openenv.images.reach import probe
+from harbor_openenv.sandbox.owner import LABEL, LABEL_OWNER
 
 pytestmark = pytest.mark.docker
 
@@ -87,10 +90,18 @@ def box(docker_client):
         remove_containers(docker_client, owner=owner)
 
 
+@functools.cache
+def image_reach():
+    """What python:3.12-slim's verifier reaches and what the image shipped, probed once."""
+    import docker
+
+    return probe(docker.from_env(), "python:3.12-slim", {LABEL: "1", LABEL_OWNER: "test-reach"})
+
+
 def suspects(changes, monkeypatch) -> set[tuple[str, str]]:
     """Every (class, path) the report of ``changes`` counts, not only the first few shown."""
     monkeypatch.setattr(tamper, "SHOWN", 10_000)
-    report = tamper.classify(changes, WORKDIR)
+    report = tamper.classify(changes, WORKDIR, image_reach())
     return {(kind, path) for kind, paths in report.paths.items() for path in paths}
 
 
@@ -135,8 +146,8 @@ def test_the_keeper_reports_what_the_engine_reports(box, monkeypatch):
     engine = box.changes()
     assert engine is not None
     deep = "/usr/local/lib/d"
-    added_or_changed = [(p, kind) for p, kind in engine if kind != 2 and not p.startswith(deep)]
-    expected = suspects(added_or_changed, monkeypatch)
+    added_or_changed = [(p, kind) for p, kind in engine if kind != 2]
+    expected = {(k, p) for k, p in suspects(added_or_changed, monkeypatch) if deep not in p}
     found = suspects(keeper_changes(box), monkeypatch)
     assert expected <= found, expected - found
     assert len(expected) >= len(TRICKS), expected

@@ -44,7 +44,7 @@ def index_env(tmp_path_factory) -> dict[str, str]:
 def copy(template: Path, out: Path, *data: str, cwd: Path, **env: str):
     command = [sys.executable, str(SCRIPT), "--trust", "--defaults", "--vcs-ref", "HEAD"]
     for item in data:
-        command += ["-d", item]
+        command += [item] if item.startswith("--") else ["-d", item]
     return subprocess.run(
         [*command, str(template), str(out)],
         cwd=cwd,
@@ -67,6 +67,10 @@ def copy(template: Path, out: Path, *data: str, cwd: Path, **env: str):
         ("runtime_pin=/x/numpy-1.0-py3-none-any.whl", "not a harbor-openenv wheel's file name"),
         ("runtime_pin=harbor-openenv==9.9.9", "no harbor-openenv release matches it"),
         ("runtime_pin=harbor-openenv>=3", "runtime_pin harbor-openenv>=3: no harbor-openenv"),
+        ("harnes_rollouts=true", "-d harnes_rollouts=true: harnes_rollouts is not a question of"
+         " this template (did you mean harness_rollouts?)"),
+        ("runtime_version=9.9", "-d runtime_version=9.9: runtime_version is computed by the"
+         " template, not a question"),
     ],
 )
 def test_an_answer_mistake_is_one_line(template, index_env, tmp_path, answer, expected):
@@ -79,7 +83,16 @@ def test_an_answer_mistake_is_one_line(template, index_env, tmp_path, answer, ex
     assert len(errors) == 1 and expected.format(tmp=tmp_path) in errors[0], output
     if not answer.startswith("runtime_pin=harbor"):  # the copy task's check runs after render
         assert result.stderr.strip() == errors[0], output
+    else:  # copier's file listing and the task's command line are behind --verbose
+        assert " create " not in output and "Running task" not in output, output
     assert not out.exists(), f"{out} was left behind"
+
+
+def test_verbose_shows_copiers_listing(template, index_env, tmp_path):
+    result = copy(template, tmp_path / "a", "runtime_pin=harbor-openenv==9.9.9", "--verbose",
+                  cwd=tmp_path, **index_env)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "create" in result.stderr and "Running task 1 of 1" in result.stderr, result.stderr
 
 
 def test_published_pins_pass_and_offline_says_unchecked(template, index_env, tmp_path):

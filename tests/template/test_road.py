@@ -409,3 +409,45 @@ def test_harness_rollouts_route(checkout, docker_client, monkeypatch):
         remove_containers_of(name)
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)
     print(f"harness route: fill + offline build {built:.0f} s, all {time.monotonic() - started:.0f} s")
+
+
+def test_the_dev_command_needs_no_engine_and_serves_the_docs(tmp_path):
+    """README.md's development command, as written: ``bash scripts/dev`` in a fresh clone makes
+    the locked ``.venv`` with no Docker engine reachable, and the docs command README.md gives
+    after it, ``.venv/bin/mkdocs serve``, serves the site (on a free port instead of 8000)."""
+    clone = tmp_path / "harbor-openenv"
+    git("clone", "--quiet", "--no-hardlinks", str(REPO), str(clone), cwd=REPO)
+    for name in ("scripts/dev", "README.md", "requirements/dev.txt"):  # this working tree's
+        (clone / name).write_bytes((REPO / name).read_bytes())
+    block = readme_block((REPO / "README.md").read_text(), "dev")
+    assert block == "$ bash scripts/dev"
+    environ = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    environ.pop("VIRTUAL_ENV", None)
+    result = subprocess.run(
+        ["bash", "-c", block[2:]], cwd=clone, env=environ, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ".venv is ready" in result.stdout
+    assert "(`.venv/bin/mkdocs serve` to read it, after\n`bash scripts/dev`" in (
+        REPO / "README.md"
+    ).read_text()
+    port = free_port()
+    server = subprocess.Popen(
+        [str(clone / ".venv/bin/mkdocs"), "serve", "-a", f"127.0.0.1:{port}"],
+        cwd=clone,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline, page = time.monotonic() + 180, None
+        while time.monotonic() < deadline and page is None:
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+            except httpx.HTTPError:
+                time.sleep(1)
+        assert page is not None and page.status_code == 200, "mkdocs serve did not answer"
+        assert "harbor-openenv" in page.text
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

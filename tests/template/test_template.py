@@ -78,7 +78,7 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
     pin, install = PINS[pin_case]
     project = render(copie, dataset_path=str(weird_dataset), runtime_pin=pin, **extra)
     port = extra.get("port", 8000)
-    name = extra.get("env_name", "my-weird-tasks-env")
+    name = extra.get("env_name", project.name)  # the destination folder's name (copie000...)
 
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
     assert pyproject["project"]["name"] == name
@@ -245,9 +245,7 @@ def test_bundled_example_dataset_renders_with_counts(copie):
     assert "| runnable (Docker container per episode) | 4 |" in readme
     assert "| text-only (scored client-side against `solution/patch.diff`) | 1 |" in readme
     assert "`text-only-pr-diff`" in readme
-    assert (
-        tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == "example-env"
-    )
+    assert tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == project.name
     # the bundled example by its stable name, never the path of copier's temporary clone
     answers = (project / ".copier-answers.yml").read_text()
     assert "dataset_path: bundled:example" in answers and "copier._vcs" not in answers
@@ -268,7 +266,31 @@ def test_tasks_at_dataset_root(copie, tmp_path):
     write_task(root / "two")
     project = render(copie, dataset_path=str(root))
     assert sorted(p.name for p in (project / "tasks").iterdir()) == ["one", "two"]
-    assert tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == "flat-env"
+
+
+def test_the_name_is_the_destination_folders_everywhere(tmp_path):
+    """Two repos rendered from one dataset into two folders are named after their folders (the
+    image, the Space, the project, compose and Kubernetes): following the second one's README
+    cannot overwrite the first one's image. A folder name with no letter or digit falls back to
+    the dataset's name."""
+    for folder, name in (("example-env", "example-env"), ("Harness_Env", "harness-env")):
+        assert run_copier(tmp_path / folder).returncode == 0
+        project = tmp_path / folder
+        assert tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == name
+        assert yaml.safe_load((project / "openenv.yaml").read_text())["name"] == name
+        assert f"docker build -t {name} ." in (project / "README.md").read_text()
+        assert f"  {name}\n" in (project / "README.md").read_text()
+        assert f"- name: {name}\n" in (project / "deploy/kubernetes/base/kustomization.yaml").read_text()
+        other = {"example-env": "harness-env", "harness-env": "example-env"}[name]
+        for path in project.rglob("*"):
+            if path.is_file() and "tasks" not in path.relative_to(project).parts:
+                assert other not in path.read_text(errors="replace"), path
+    root = tmp_path / "flat"
+    write_task(root / "one")
+    assert run_copier(tmp_path / "__", f"dataset_path={root}").returncode == 0
+    assert tomllib.loads((tmp_path / "__" / "pyproject.toml").read_text())["project"]["name"] == (
+        "flat-env"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,9 +305,9 @@ def test_relative_dataset_path_resolves_against_the_working_directory(tmp_path, 
     run = run_copier(out, "dataset_path=../data", cwd=work)
     assert run.returncode == 0, run.stderr
     assert tree_digest(out / "tasks") == tree_digest(weird_dataset / "tasks")
-    # the answer is kept as typed; env_name comes from the parent of a folder named "data"
+    # the answer is kept as typed; env_name is the destination folder's name
     answers = yaml.safe_load((out / ".copier-answers.yml").read_text())
-    assert answers["dataset_path"] == "../data" and answers["env_name"] == "work-env"
+    assert answers["dataset_path"] == "../data" and answers["env_name"] == "out"
 
 
 def invalid_dataset(root: Path) -> Path:

@@ -177,6 +177,21 @@ def test_the_harness_answer_is_given_by_an_update_and_carried_by_the_next(templa
     assert "harness_rollouts: true" in (repo / ".copier-answers.yml").read_text()
 
 
+def test_an_unknown_answer_key_is_refused_naming_the_closest_question(template, tmp_path):
+    """copier drops an answer to no question silently (a misspelling would leave the answer it
+    meant unchanged); the update refuses it in one line, exit 2, before anything is written."""
+    repo = render_old(template, tmp_path / "env", 8000)
+    before = tree_digest(repo)
+    result = update(repo, "-d", "harnes_rollouts=true")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip() == (
+        "harbor-openenv update: -d harnes_rollouts=true: harnes_rollouts is not a question of"
+        " the template (did you mean harness_rollouts?)"
+    ), result.stderr
+    assert tree_digest(repo) == before
+    assert not git("status", "--porcelain", cwd=repo).strip()
+
+
 def test_a_real_conflict_is_reported_as_a_failure(template, tmp_path):
     repo = render_old(template, tmp_path / "env", 8000)
     pyproject = (repo / "pyproject.toml").read_text()

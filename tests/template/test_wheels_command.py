@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _template_helpers import run_copier
 
-from harbor_openenv.images.wheels import base_image, requirements
+from harbor_openenv.images.wheels import base_image, image_python, requirements
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +53,32 @@ def test_reads_what_the_image_installs(env):
     ],
 )
 def test_refusals_are_one_line(env, args, expected):
-    result = wheels("--repo", str(env), *args)
+    dockerfile = env / "Dockerfile"
+    text = dockerfile.read_text()  # a base image that is not here: only --python says the version
+    dockerfile.write_text(text.replace("ARG BASE_IMAGE=python:3.12-slim", "ARG BASE_IMAGE=no-such:3.12"))
+    try:
+        result = wheels("--repo", str(env), *args)
+    finally:
+        dockerfile.write_text(text)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+@pytest.mark.docker
+def test_a_python_the_base_image_does_not_run_is_refused(env):
+    """Wheels for another Python than the base image's would fail the offline build: the
+    version the image answers wins over --python (and over its tag, which is only noted)."""
+    found = image_python("python:3.12-slim")
+    assert found, "python:3.12-slim (the stand-in image) is not here: bash .ci/standin-images.sh"
+    other = "3.10" if found != "3.10" else "3.9"
+    result = wheels("--repo", str(env), "--python", other)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"harbor-openenv wheels: --python {other}, but the base image python:3.12-slim runs"
+        f" Python {found}: its pip would refuse these wheels; drop --python (or pass --python"
+        f" {found})"
+    )
 
 
 def test_not_an_environment_repo(tmp_path):

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,34 @@ def test_readme_keeps_the_commands_ci_and_the_road_read():
         assert f"<!-- harbor-openenv:road:{name} -->\n```console\n$ " in text, name
     # .ci/run's sed: the first line of README.md that is `$ bash scripts/test...`
     assert re.search(r"^\$ bash scripts/test.*$", text, re.MULTILINE)
+
+
+def test_the_model_server_example_passes_the_capture_proxys_probe():
+    """The trainer guide's model endpoint contract, run: its example server, started as the guide
+    says, is graded trainable (``tokens``, processed logprobs) by the capture proxy's own probe."""
+    from openenv.core.harness.capture.validate_llm import validate_llm
+
+    from harbor_openenv.client.launch import free_port
+
+    guide = (DOCS / "guides" / "trainer.md").read_text()
+    command = "$ python docs/examples/model_server.py 8001"
+    assert command in guide and 'base_url="http://127.0.0.1:8001/v1", model="my-model"' in guide
+    assert len((DOCS / "examples" / "model_server.py").read_text().splitlines()) <= 55
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "docs/examples/model_server.py", str(port)],
+        cwd=DOCS.parent,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        report = None
+        for _ in range(50):
+            report = validate_llm(f"http://127.0.0.1:{port}/v1", "my-model", timeout=10)
+            if report.reachable:
+                break
+            time.sleep(0.2)
+        assert report is not None and report.ok, report and report.summary()
+        assert (report.capture_level, report.logprobs_mode) == ("tokens", "processed")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

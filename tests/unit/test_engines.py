@@ -24,6 +24,7 @@ from harbor_openenv.backends.several import OnEngine, SeveralEngines
 from harbor_openenv.config import Settings
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.images.pins import Pins
+from harbor_openenv.images.reach import GUESSED, Reach
 from harbor_openenv.sandbox import ExecResult, SandboxError
 from harbor_openenv.sandbox.compose import ComposeSandbox
 from harbor_openenv.sandbox.spec import ComposeSpec, ContainerSpec
@@ -232,6 +233,9 @@ class _Dying(FakeSandbox):
 class _Images:
     def resolve(self, task: Task) -> str:
         return f"fake/{task.id}"
+
+    def reach(self, ref: str, *, wait: bool = True) -> Reach:
+        return GUESSED
 
 
 class _EngineBackend(MemoryBackend):

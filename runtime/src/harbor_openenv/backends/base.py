@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from harbor_openenv.images.reach import GUESSED, Reach
 from harbor_openenv.sandbox import Sandbox, SandboxError
 from harbor_openenv.sandbox.spec import ComposeSpec, ContainerSpec
 from harbor_openenv.tasks.config import StepConfig
@@ -44,6 +45,12 @@ class Backend(ABC):
     @abstractmethod
     def task_image(self, task: Task, on: On = None) -> str:
         """The image ``task``'s episodes start from (pulled or built now if need be)."""
+
+    def reach(self, image: str, on: On = None, *, wait: bool = True) -> Reach:
+        """What the verifier of ``image`` can execute or import, and what the image shipped
+        (:mod:`harbor_openenv.images.reach`: probed once per image, ``wait`` False: in the
+        background, the guess meanwhile); by default guessed (standard layouts)."""
+        return GUESSED
 
     def verifier_image(self, task: Task, step: StepConfig | None, on: On = None) -> str:
         """A separate verifier's image (by default: none can run here)."""

@@ -11,8 +11,9 @@ import docker.errors
 
 from harbor_openenv.config import Settings
 from harbor_openenv.images.pins import Pins
+from harbor_openenv.images.reach import Reach
 from harbor_openenv.images.resolver import ImageError, ImageResolver
-from harbor_openenv.sandbox import Sandbox, SandboxError, engine
+from harbor_openenv.sandbox import LABEL, LABEL_OWNER, Sandbox, SandboxError, engine
 from harbor_openenv.sandbox.owner import remove_containers, remove_dead_scratch
 from harbor_openenv.sandbox.spec import ComposeSpec, ContainerSpec
 from harbor_openenv.sandbox.starter import DockerStarter
@@ -50,7 +51,11 @@ class LocalEngine(Backend):
                 except docker.errors.DockerException as exc:
                     raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
                 self._client = client
-                self._images = ImageResolver(client, build_network=self.settings.build_network)
+                self._images = ImageResolver(
+                    client,
+                    build_network=self.settings.build_network,
+                    labels={LABEL: "1", LABEL_OWNER: self.owner},
+                )
             return self._client
 
     @property
@@ -70,6 +75,9 @@ class LocalEngine(Backend):
         on: On = None,
     ) -> Sandbox:
         return self.starter.start(spec, task_id=task_id, labels=labels, compose=compose)
+
+    def reach(self, image: str, on: On = None, *, wait: bool = True) -> Reach:
+        return self.images.reach(image, wait=wait)
 
     def task_image(self, task: Task, on: On = None) -> str:
         return self.pins.task_image(self.images, task)

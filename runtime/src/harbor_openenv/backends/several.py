@@ -14,8 +14,9 @@ import docker.errors
 
 from harbor_openenv.config import Settings
 from harbor_openenv.images.pins import Pins
+from harbor_openenv.images.reach import Reach
 from harbor_openenv.images.resolver import ImageError, ImageResolver
-from harbor_openenv.sandbox import Sandbox, SandboxError, engine
+from harbor_openenv.sandbox import LABEL, LABEL_OWNER, Sandbox, SandboxError, engine
 from harbor_openenv.sandbox.owner import remove_containers, remove_dead_scratch
 from harbor_openenv.sandbox.spec import ComposeSpec, ContainerSpec, Starter
 from harbor_openenv.sandbox.starter import DockerStarter
@@ -76,7 +77,11 @@ class SeveralEngines(Backend):
                 remove_containers(client, owner=owner)
             environ = engine_environ(one.url, os.environ)
             return OnEngine(
-                ImageResolver(client, build_network=settings.build_network),
+                ImageResolver(
+                    client,
+                    build_network=settings.build_network,
+                    labels={LABEL: "1", LABEL_OWNER: owner},
+                ),
                 DockerStarter(lambda: client, owner=owner, environ=environ, extras=extras),
             )
 
@@ -102,6 +107,9 @@ class SeveralEngines(Backend):
             raise SandboxError("with several engines an environment starts on its episode's engine")
         starter = _parts(on).starter
         return starter.start(spec, task_id=task_id, labels=labels, compose=compose)
+
+    def reach(self, image: str, on: On = None, *, wait: bool = True) -> Reach:
+        return self._images(on).reach(image, wait=wait)
 
     def task_image(self, task: Task, on: On = None) -> str:
         return self.pins.task_image(self._images(on), task)

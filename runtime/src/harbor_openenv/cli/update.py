@@ -8,6 +8,7 @@ is one line saying what is wrong and what to do.
 
 from __future__ import annotations
 
+import difflib
 import re
 import subprocess
 import sys
@@ -110,6 +111,33 @@ def explain_failure(output: str, answers: dict[str, Any]) -> str:
     return f"copier update failed: {last}"
 
 
+def check_keys(answers: dict[str, Any], vcs_ref: str | None, data: Sequence[str]) -> None:
+    """An UpdateError for a ``-d`` key that is no question of the template at ``vcs_ref`` (copier
+    would drop it silently), naming the closest one. Skipped when the template cannot be read
+    (copier's own error then says why)."""
+    if not data:
+        return
+    from copier._template import Template  # the questions as copier reads them (a git checkout)
+
+    template = Template(url=str(answers["_src_path"]), ref=vcs_ref)
+    try:
+        questions = template.questions_data
+    except Exception:  # an unreachable template: copier update says so
+        return
+    finally:
+        template._cleanup()
+    asked = sorted(key for key, spec in questions.items() if spec.get("when") is not False)
+    for item in data:
+        key = item.partition("=")[0].strip()
+        if key in asked:
+            continue
+        if key in questions:
+            raise UpdateError(f"-d {item}: {key} is computed by the template, not a question")
+        close = difflib.get_close_matches(key, asked, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else f"; the questions: {', '.join(asked)}"
+        raise UpdateError(f"-d {item}: {key} is not a question of the template{hint}")
+
+
 def check_runtime_pin(repo: Path, data: Sequence[str]) -> None:
     """An UpdateError when ``-d runtime_pin=...`` names a runtime that is not there (in the
     repo's ``wheels/``, on the package index, at the git URL, as a wheel file); a warning on
@@ -140,6 +168,7 @@ def run_copier_update(repo: Path, vcs_ref: str | None = None, data: Sequence[str
             "copier is not installed here: pip install copier (or: uv run --with copier ...)"
         ) from None
     answers = check_answers(repo, data)
+    check_keys(answers, vcs_ref, data)
     check_runtime_pin(repo, data)
     command = [sys.executable, "-m", "copier", "update", "--trust", "--defaults"]
     command += ["--conflict", "inline"]

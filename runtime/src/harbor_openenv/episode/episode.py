@@ -28,6 +28,7 @@ from harbor_openenv.episode.verdict import Outcome, Verdict
 from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verifier
 from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.helper import contract
+from harbor_openenv.images.reach import GUESSED, Reach
 from harbor_openenv.models import HarborObservation
 from harbor_openenv.sandbox import Sandbox, SandboxError
 from harbor_openenv.sandbox.owner import LABEL, LABEL_FORK, LABEL_OWNER
@@ -109,6 +110,9 @@ class Episode:
         # the pristine verifier's next environment, if a step grades in one
         self.spare = Spare(self._discard) if "pristine" in modes else None
         self.gradings = [self._grading(index, mode) for index, mode in enumerate(modes)]
+        runtime.backend.reach(
+            image, self.on, wait=False
+        )  # the tamper report's, probed once per image
 
     @classmethod
     def start(cls, runtime: Runtime, task: Task) -> Episode:
@@ -181,7 +185,7 @@ class Episode:
                 " not be)"
             )
         runtime, sandbox = self.runtime, self.sandbox
-        changes = self._changes()
+        changes = self._changes(runtime.backend.reach(self.image, self.on))
         image = sandbox.commit({LABEL: "1", LABEL_OWNER: runtime.owner, LABEL_FORK: "1"})
         point = ForkPoint(
             image,
@@ -381,26 +385,30 @@ class Episode:
         image = self.runtime.backend.verifier_image(self.task, step, self.on)
         return self.runtime.launch(EnvRequest.verifier(self.task, step, image, env, on=self.on))
 
-    def _changes(self) -> list[tuple[str, int]] | None:
-        """What the agent's environment changed since its baseline (the keeper's walk, else the
-        engine's list; the engine's deletions too where the walk shows a folder an entry may have
-        left, :func:`.tamper.hides_deletions`), with a branch's parent's changes before the
-        fork."""
-        changes = tamper.changes(self.sandbox)
+    def _changes(self, reach: Reach = GUESSED) -> list[tuple[str, int]] | None:
+        """What the agent's environment changed since its baseline (:func:`.tamper.changes`:
+        the keeper's walk, the engine's list where it must), with a branch's parent's changes
+        before the fork."""
+        changes = tamper.changes(self.sandbox, reach)
         if changes is not None and self.inherited is not None:
             changes = merge_changes(self.inherited, changes)
         return changes
 
     def tamper_report(self) -> dict[str, Any] | None:
-        """What the agent changed outside its workdir that the verifier could run or import
-        (:mod:`.tamper`), counted in the metrics; None where the backend cannot tell."""
+        """What the agent changed outside its workdir, by what the verifier of the task's image
+        (with the step's ``[verifier].env``) can run or import (:mod:`.tamper`), counted in the
+        metrics; None where the backend cannot tell."""
+        key = self.step.name if self.step else None
+        reach = self.runtime.backend.reach(self.image, self.on).with_env(
+            {**self.envs.environment, **self.envs.verifier.get(key, {})}
+        )
         try:
-            changes = self._changes()
+            changes = self._changes(reach)
         except SandboxError as exc:
             return {"error": str(exc)}
         if changes is None:
             return None
-        report = tamper.classify(changes, self.sandbox.workdir)
+        report = tamper.classify(changes, self.sandbox.workdir, reach)
         for kind, count in report.counts.items():
             if count:
                 self.runtime.metrics.tamper.labels(kind).inc()

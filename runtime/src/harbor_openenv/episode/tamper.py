@@ -1,43 +1,70 @@
-"""Tamper evidence: what the agent's container changed outside its working directory that the
-verifier could execute or import, asked of the engine before the verifier runs (one call, no
-program of the container's: :meth:`Sandbox.changes`). Reported, never acted on: the reward is
-the verifier's; a trainer that cannot trust it drops the rollout (``info["tamper"]["suspect"]``).
+"""Tamper evidence: what the agent's container changed outside its working directory, classed by
+what the verifier can execute or import, asked of the keeper (and the engine) before the verifier
+runs, no program of the container's (:meth:`Sandbox.changes_since_mark`). Reported, never acted
+on: the reward is the verifier's; a trainer that cannot trust it drops the rollout
+(``info["tamper"]["suspect"]``).
 
-Classes: ``executables`` (a program on the default PATH replaced or added), ``libraries``
-(``/etc/ld.so.*``, shared objects, anything else below ``/usr/lib``, ``/usr/local/lib``, ``/lib``:
-a standard library's modules), ``interpreter_hooks`` (``.pth``, ``sitecustomize``,
-``usercustomize``), ``pytest`` (``conftest.py`` outside the working directory, pytest plugins),
-``shell_startup`` (profiles and rc files), and ``installs``: site-packages changes and the entry
-points an install adds beside them (``/usr/local/bin``), which are legitimate work (``pip
-install``), named as such and not suspect. Paths under the working directory, ``/logs``,
-``/tmp``, ``/tests`` and ``/solution`` are the agent's or the runtime's own and never counted.
+The classes come from the image's reach (:class:`~harbor_openenv.images.reach.Reach`, probed once
+per image: its ``PATH`` folders, each interpreter's ``sys.path`` and site folders, the variables
+of its ``Env`` and the task's ``[verifier].env``), not from folder names: ``executables`` (an
+entry of a ``PATH`` folder), ``libraries`` (below an import root, ``/etc/ld.so.*``, a shared
+object, below a library folder, a folder ``PYTHONPATH``/``LD_LIBRARY_PATH`` names, an
+``LD_PRELOAD`` file), ``interpreter_hooks`` (a ``.pth`` in a site folder, ``sitecustomize``,
+``usercustomize``, an interpreter's ``pyvenv.cfg``/``._pth``/``pybuilddir.txt`` beside or above
+it, ``PYTHONSTARTUP``), ``pytest`` (``conftest.py``, a pytest configuration file in ``/`` or above
+the working directory, a ``pytest_*`` module), ``shell_startup`` (profiles, rc files,
+``BASH_ENV``), ``image_files`` (any other file the image shipped, changed in place or deleted:
+the verifier runs as it likes, ``/opt/app/run.py`` included; or a module added beside the
+image's own), and, not suspect, ``installs`` and ``other`` (files added where nothing
+reaches). An install is recognised by its own metadata in a real site folder of the image's
+interpreters: a ``.dist-info`` (``.egg-info``) written there makes the files added in that
+folder, and the programs added to a ``PATH`` folder, an install's; files of the image changed
+in place there are an install's only where one of its metadata folders went and another came
+(an upgrade). Its ``RECORD`` is not read (the engine reads a file in some 150 ms).
 
-A deleted path (the engine's kind 2) counts in the same classes, apart (``deleted``): removing a
-site-packages module lets a workdir shadow win, removing ``/etc/ld.so.cache`` or an image's own
-hook changes what the verifier loads. Site-packages deletions are an install's only beside an
-added ``.dist-info`` (an upgrade replaced them); else they count as ``libraries``. The keeper's
-walk cannot see a deleted entry, only that its folder changed (:func:`hides_deletions`): the
-engine's list then names what went.
+Never counted: the working directory, ``/logs``, ``/tests``, ``/solution`` and the helper's
+read-only mount (the agent's and the runtime's own, the tests staged afresh), the kernel's
+``/proc`` and ``/sys``, and the engine's ``/etc/hosts``, ``/etc/hostname`` and
+``/etc/resolv.conf`` (which its uploads touch).
+
+Added or changed comes from the image's list of shipped paths (else from the engine's list).
+A deleted path (the engine's kind 2) counts in the same classes, apart (``deleted``); deletions
+in a site folder are an install's only in an upgrade. The keeper's walk cannot see a deleted
+entry, only that its folder changed (:func:`hides_deletions`): the engine's list then names
+what went.
 """
 
 from __future__ import annotations
 
+import functools
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harbor_openenv.images.reach import GUESSED, LIB_DIRS, Reach
 from harbor_openenv.sandbox import Sandbox
 
-SUSPECT = ("executables", "libraries", "interpreter_hooks", "pytest", "shell_startup")
-CLASSES = (*SUSPECT, "installs")
-_PATH_DIRS = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
-_IGNORED = ("/logs", "/tmp", "/tests", "/solution", "/proc", "/dev", "/run", "/var/tmp")
+SUSPECT = (
+    "executables",
+    "libraries",
+    "interpreter_hooks",
+    "pytest",
+    "shell_startup",
+    "image_files",
+)
+CLASSES = (*SUSPECT, "installs", "other")
+_IGNORED = ("/logs", "/tests", "/solution", "/proc", "/sys", "/.harbor-openenv")
+# The engine's own files of each container, bind-mounted: its list names them, and its archive
+# operations (every upload) set their ctime, so neither list tells whether the agent changed them.
+_ENGINE_FILES = ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
 _SHELL_FILES = {".bashrc", ".profile", ".bash_profile", ".bash_login", ".zshrc", ".zshenv"}
 _SHELL_ETC = ("/etc/profile", "/etc/profile.d/", "/etc/bash.bashrc", "/etc/environment", "/etc/zsh")
-_SITE = ("/site-packages/", "/dist-packages/")
-_INFO = ".dist-info/"
-_LIB_DIRS = ("/usr/lib/", "/usr/local/lib/", "/lib/", "/lib64/", "/usr/lib64/")
+_HOOKS = ("sitecustomize", "usercustomize")
+_INTERPRETER_FILES = ("pyvenv.cfg", "pybuilddir.txt")
+_PYTEST_FILES = {"pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"}
+_METADATA = (".dist-info", ".egg-info")
+_LIBS = frozenset(LIB_DIRS)
 SHOWN = 5  # paths kept per class
 ADDED, MODIFIED, DELETED = 1, 0, 2  # the engine's change kinds
 
@@ -66,25 +93,29 @@ class TamperReport:
         }
 
 
-def classify(changes: Iterable[tuple[str, int]], workdir: str) -> TamperReport:
-    """The report of the engine's changes (path, kind) for an agent working in ``workdir``."""
-    changes = list(changes)
-    paths = {path for path, _ in changes}
-    parents = {posixpath.dirname(path) for path in paths}
-    installs = any(marker in path for path in paths for marker in _SITE)
-    upgrade = any(
-        kind != DELETED and path.endswith(".dist-info") and any(m in path for m in _SITE)
+def classify(
+    changes: Iterable[tuple[str, int]],
+    workdir: str,
+    reach: Reach = GUESSED,
+) -> TamperReport:
+    """The report of the changes (path, kind) of an agent working in ``workdir`` in an image of
+    ``reach``."""
+    shipped = reach.shipped
+    changes = [
+        (path, kind if kind == DELETED or shipped is None else int(path not in shipped))
         for path, kind in changes
-    )
+    ]
+    parents = {posixpath.dirname(path) for path, _ in changes}
+    places = _Places(reach, workdir, changes)
+    never = _never_counted(workdir)
     report = TamperReport()
     for path, kind in sorted(changes):
-        if path in parents or _ignored(path, workdir):
-            continue  # a folder holding other changes, or the agent's and the runtime's own
-        name = _class_of(path, kind, workdir, installs)
-        if kind == DELETED and name == "installs" and not upgrade:
-            name = "libraries"  # a module removed outright: what imported it now comes from
-        if name is None:
-            continue
+        if path in parents or path in _ENGINE_FILES:
+            continue  # a folder holding other changes, or the engine's own
+        chain = _chain(path)
+        if _below(chain, never):
+            continue  # the agent's and the runtime's own
+        name = places.class_of(path, kind, chain)
         counts, shown = (
             (report.deleted, report.deleted_paths)
             if kind == DELETED
@@ -96,44 +127,131 @@ def classify(changes: Iterable[tuple[str, int]], workdir: str) -> TamperReport:
     return report
 
 
-def changes(sandbox: Sandbox) -> list[tuple[str, int]] | None:
+class _Places:
+    """Where a path lies in an image's reach, for one list of changes."""
+
+    def __init__(
+        self,
+        reach: Reach,
+        workdir: str,
+        changes: list[tuple[str, int]],
+    ) -> None:
+        self.reach, self.workdir = reach, workdir.rstrip("/") or "/"
+        self.roots = frozenset(reach.import_roots)
+        self.sites = frozenset(reach.site_dirs)
+        self.path_dirs = set(reach.path_dirs)
+        self.interpreter_dirs = set(reach.interpreter_dirs)
+        self.named = dict(reversed(reach.named()))  # the first variable naming a path wins
+        written: dict[str, set[str]] = {}  # per site folder: metadata folders written, gone
+        gone: dict[str, set[str]] = {}
+        for path, kind in changes:
+            if not any(marker in path for marker in _METADATA):
+                continue
+            site = _below(path, self.sites)
+            top = path[len(site) + 1 :].split("/", 1)[0] if site and site != path else ""
+            if top.endswith(_METADATA):
+                folder = f"{site}/{top}"
+                if kind != DELETED:
+                    written.setdefault(site, set()).add(folder)
+                elif path == folder:
+                    gone.setdefault(site, set()).add(folder)
+        self.upgraded = {site for site in gone if written.get(site)}
+        self.written = {folder for folders in written.values() for folder in folders}
+        self.installing = set(written)  # the site folders an install wrote its metadata in
+
+    def class_of(self, path: str, kind: int, chain: list[str]) -> str:
+        """The class of ``path`` (its :func:`_chain`: ``chain``) changed as ``kind`` says."""
+        base, folder = posixpath.basename(path), posixpath.dirname(path)
+        site = _below(chain, self.sites)
+        if (base.endswith(".pth") and folder in self.sites) or base.split(".")[0] in _HOOKS:
+            return "interpreter_hooks"
+        if folder in self.interpreter_dirs and (
+            base in _INTERPRETER_FILES or base.endswith("._pth")
+        ):
+            return "interpreter_hooks"
+        if base == "conftest.py" or (_below(chain, self.roots) and base.startswith("pytest_")):
+            return "pytest"
+        if base in _PYTEST_FILES and _within(folder, self.workdir):
+            return "pytest"  # where pytest looks for its configuration: the rootdir and above
+        if site and (
+            (kind != DELETED and _below(chain, self.written))
+            or (kind == ADDED and site in self.installing)
+            or site in self.upgraded
+        ):
+            return "installs"  # an install's metadata, what it added beside, what it upgraded
+        if folder in self.path_dirs and kind == ADDED and self.installing:
+            return "installs"  # an entry point an install added
+        named = _below(chain, self.named)
+        if named:
+            return self.named[named]
+        if _below(chain, self.roots) or _below(chain, _LIBS) or path.startswith("/etc/ld.so"):
+            return "libraries"
+        if ".so." in base or base.endswith(".so"):
+            return "libraries"
+        if folder in self.path_dirs:
+            return "executables"
+        if base in _SHELL_FILES or path.startswith(_SHELL_ETC):
+            return "shell_startup"
+        if kind != ADDED:
+            return "image_files"
+        shipped = self.reach.shipped
+        if base.endswith(".py") and shipped is not None and shipped.holds_code(folder):
+            return "image_files"  # beside the image's code: a script run there imports it first
+        return "other"
+
+
+def _chain(path: str) -> list[str]:
+    """``path`` and the folders above it, longest first."""
+    chain, end = [path], len(path)
+    while (end := path.rfind("/", 0, end)) > 0:
+        chain.append(path[:end])
+    return [*chain, "/"]
+
+
+def _below(path: str | list[str], roots: Collection[str]) -> str:
+    """The longest of ``roots`` that ``path`` (or its :func:`_chain`) is in or equal to ('' if
+    none)."""
+    return next((p for p in (_chain(path) if isinstance(path, str) else path) if p in roots), "")
+
+
+def _within(root: str, path: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def changes(sandbox: Sandbox, reach: Reach = GUESSED) -> list[tuple[str, int]] | None:
     """What ``sandbox`` changed since its baseline outside the folders never counted (the
     keeper's walk, else the engine's list), with the engine's deletions where the walk shows a
-    folder an entry may have left (:func:`hides_deletions`); None where the backend cannot tell."""
+    folder an entry may have left (:func:`hides_deletions`); the engine's list alone where the
+    image's shipped paths are not known (it tells added from changed); None where the backend
+    cannot tell."""
     workdir = sandbox.workdir
     found = sandbox.changes_since_mark(skipped(workdir))
-    if found is not None and hides_deletions(found, workdir):
+    if found is None or any(kind == DELETED for _, kind in found):
+        return found  # none, or the engine's list already
+    if reach.shipped is None:
+        engine = sandbox.changes()
+        return found if engine is None else engine
+    if hides_deletions(found, workdir, reach):
         engine = sandbox.changes() or []
         found += [(path, kind) for path, kind in engine if kind == DELETED]
     return found
 
 
-def hides_deletions(changes: Iterable[tuple[str, int]], workdir: str) -> bool:
-    """Whether a list without deletions (the keeper's) holds a changed entry with nothing in it
-    changed where a deleted entry would count: a folder an entry left (or a folder whose own mode
-    changed, or a file changed in place in such a place: the engine's list then tells). A
-    deletion beside another change in the same folder is not seen this way."""
+def hides_deletions(changes: Iterable[tuple[str, int]], workdir: str, reach: Reach) -> bool:
+    """Whether a list without deletions (the keeper's) holds a changed folder with nothing in it
+    changed where the image shipped something (an entry of it may have gone: the engine's list
+    then tells). A deletion beside another change in the same folder is not seen this way."""
     changes = list(changes)
     if any(kind == DELETED for _, kind in changes):
         return False  # the engine's list already
+    shipped = reach.shipped
     parents = {posixpath.dirname(path) for path, _ in changes}
     return any(
-        kind == MODIFIED
-        and path not in parents
+        path not in parents
         and not _ignored(path, workdir)
-        and _may_hold_evidence(path, workdir)
-        for path, kind in changes
+        and (shipped is None or shipped.holds(path))
+        for path, _ in changes
     )
-
-
-def _may_hold_evidence(folder: str, workdir: str) -> bool:
-    """Whether an entry deleted from ``folder`` could count: its entries' class, a home's or
-    ``/etc``'s start-up files, ``/etc/ld.so.*``. Below a site folder, a name with a dot or in a
-    ``.dist-info`` is a file an install wrote (a package's folders have none): not a folder."""
-    if any(m in folder for m in _SITE) and ("." in posixpath.basename(folder) or _INFO in folder):
-        return False
-    home = folder == "/root" or posixpath.dirname(folder) == "/home"
-    return home or folder == "/etc" or _class_of(f"{folder}/-", DELETED, workdir, False) is not None
 
 
 def skipped(workdir: str) -> list[str]:
@@ -143,26 +261,9 @@ def skipped(workdir: str) -> list[str]:
 
 
 def _ignored(path: str, workdir: str) -> bool:
-    root = workdir.rstrip("/") or "/"
-    if root != "/" and (path == root or path.startswith(root + "/")):
-        return True
-    return any(path == top or path.startswith(top + "/") for top in _IGNORED)
+    return path in _ENGINE_FILES or bool(_below(path, _never_counted(workdir)))
 
 
-def _class_of(path: str, kind: int, workdir: str, installs: bool) -> str | None:
-    base, folder = posixpath.basename(path), posixpath.dirname(path)
-    if base.endswith(".pth") or base.split(".")[0] in ("sitecustomize", "usercustomize"):
-        return "interpreter_hooks"
-    if base == "conftest.py" or (any(m in path for m in _SITE) and base.startswith("pytest_")):
-        return "pytest"
-    if any(marker in path for marker in _SITE):
-        return "installs"
-    if path.startswith(("/etc/ld.so", *_LIB_DIRS)) or ".so." in base or base.endswith(".so"):
-        return "libraries"  # a shared object, or a standard library's module (json/__init__.py)
-    if folder in _PATH_DIRS:
-        if installs and kind == ADDED and folder == "/usr/local/bin":
-            return "installs"  # an entry point the install added beside its package
-        return "executables"
-    if base in _SHELL_FILES or path.startswith(_SHELL_ETC):
-        return "shell_startup"
-    return None
+@functools.cache
+def _never_counted(workdir: str) -> frozenset[str]:
+    return frozenset(skipped(workdir))

@@ -19,7 +19,7 @@ import os
 import re
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -30,6 +30,7 @@ import docker.errors
 
 from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.events import Timer, event
+from harbor_openenv.images.reach import Reach, Reaches
 from harbor_openenv.tasks.config import StepConfig, verifier_mode
 from harbor_openenv.tasks.task import Task, TaskKind
 
@@ -149,8 +150,15 @@ def build_spec(task: Task) -> BuildSpec:
 class ImageResolver:
     """Turns tasks into local image references; concurrent requests for one image share the work."""
 
-    def __init__(self, client: docker.DockerClient, *, build_network: str | None = None) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        *,
+        build_network: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         self._client = client
+        self._reaches = Reaches(client, labels or {})
         self._build_network = build_network  # None: the engine's default
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Event] = {}
@@ -192,6 +200,11 @@ class ImageResolver:
                 " local_only/inline_dockerfile), so it is never pulled; build or load it first"
             )
         return self._once(ref, lambda: self._pull(task, ref))
+
+    def reach(self, ref: str, *, wait: bool = True) -> Reach:
+        """What the verifier of image ``ref`` reaches and what it shipped (:mod:`.reach`),
+        probed once (``wait`` False: in the background, the guess meanwhile)."""
+        return self._reaches.of(ref, wait=wait)
 
     def has(self, ref: str) -> bool:
         """Whether the engine has the image ``ref``."""

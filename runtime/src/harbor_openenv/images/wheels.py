@@ -153,8 +153,21 @@ def fill_wheels(
             say(f"Python {python_version} from the base image's tag ({image} is not local)")
         else:
             say(f"Python {python_version} from the base image {image}")
+            tag = re.search(r":(\d+\.\d+)", image)
+            if tag and tag.group(1) != python_version:
+                say(
+                    f"note: {image} runs Python {python_version}, not its tag's {tag.group(1)}:"
+                    f" the wheels are for {python_version}, the Python the image installs with"
+                )
     elif not re.fullmatch(r"\d+\.\d+", python_version):
         raise WheelsError(f"--python {python_version}: give a version like 3.12")
+    elif image is not None:
+        runs = image_python(image)
+        if runs is not None and runs != python_version:
+            raise WheelsError(
+                f"--python {python_version}, but the base image {image} runs Python {runs}:"
+                f" its pip would refuse these wheels; drop --python (or pass --python {runs})"
+            )
 
     with tempfile.TemporaryDirectory(prefix="harbor-openenv-wheels-") as tmp:
         work = Path(tmp)

@@ -134,7 +134,8 @@ class Metrics:
         self.tamper = Counter(
             PREFIX + "tamper_evaluates",
             "evaluates whose container had changes outside the working directory the verifier"
-            " could run or import, by class (episode/tamper.py: installs are not suspect);"
+            " could run or import, by class (episode/tamper.py: installs and other are not"
+            " suspect);"
             " CLASS_deleted: such a path deleted",
             ["kind"],
             registry=self.registry,
