@@ -81,7 +81,7 @@ def test_check_warns_of_an_oracle_the_tamper_report_flags(docker_client, check_d
     assert result.returncode == 0, result
     [row] = json.loads((tmp_path / "out.json").read_text())
     assert (row["oracle"], row["ok"]) == (1.0, True)
-    assert row["oracle_changes"] == {"executables": 1}  # /opt/tool is nothing the verifier runs
+    assert row["oracle_changes"] == {"other": 1, "executables": 1}  # /opt/tool: not reached
     assert row["oracle_suspect"] == ["/usr/local/bin/tool"]
     [warning] = row["warnings"]
     assert f"warning: {warning}" in result.stdout.splitlines()

@@ -17,7 +17,7 @@ import base64
 import time
 
 import pytest
-from _processes import baseline_pids, build_attack, processes
+from _processes import build_attack, mark, processes
 from _server import Server
 
 from harbor_openenv.sandbox import remove_containers
@@ -92,8 +92,7 @@ def test_a_full_process_table_keeps_the_root_service(docker_client, attack, tmp_
     )
     try:
         box.upload("/tmp", _tar({"attack": attack}))
-        box.mark_baseline()
-        service = baseline_pids(box)
+        service = mark(box)
         assert service, "the ENTRYPOINT's service is in the baseline"
         hog = box.exec("/tmp/attack hog pids", timeout_s=30, max_output=100, user="nobody")
         assert hog.exit_code == 0, hog.output
