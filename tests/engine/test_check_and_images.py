@@ -85,7 +85,7 @@ def test_check_warns_of_an_oracle_the_tamper_report_flags(docker_client, check_d
     assert row["oracle_suspect"] == ["/usr/local/bin/tool"]
     [warning] = row["warnings"]
     assert f"warning: {warning}" in result.stdout.splitlines()
-    assert "SUSPECT executables 1" in result.stdout
+    assert "SUSPECT other 1, executables 1" in result.stdout
     assert "flagged 1 oracle runs" in result.stdout.splitlines()[-1]
 
 
