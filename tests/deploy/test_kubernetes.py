@@ -42,7 +42,8 @@ def dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def project(copie_session, dataset) -> Path:
-    return render(copie_session, dataset_path=str(dataset))
+    # pytest-copie renders into copieNNN, which the name would default from: named as a user would.
+    return render(copie_session, dataset_path=str(dataset), env_name="tasks-for-k8s-env")
 
 
 @pytest.fixture(scope="module")

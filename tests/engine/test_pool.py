@@ -166,7 +166,7 @@ def test_shutdown_and_restart_remove_pooled_containers(docker_client):
         env.reset(task_id=TASK)
         assert wait_until(lambda: len(idle(docker_client, srv, {container_of(env)})) == 2)
         srv.stop(signal.SIGTERM)
-        assert runtime_containers(docker_client, srv.owner_prefix) == []
+        assert runtime_containers(docker_client, srv.owner_prefix, probes=True) == []
 
     killed = Server(FIXTURE_TASKS, HARBOR_OPENENV_POOL_SIZE="2")
     try:
@@ -178,7 +178,7 @@ def test_shutdown_and_restart_remove_pooled_containers(docker_client):
     finally:
         killed.stop(signal.SIGKILL)
     with serving():  # its startup sweep removes a dead server's containers, pooled ones too
-        assert runtime_containers(docker_client, killed.owner_prefix) == []
+        assert runtime_containers(docker_client, killed.owner_prefix, probes=True) == []
 
 
 def test_without_a_pool_size_reset_starts_its_own_container(server, docker_client):

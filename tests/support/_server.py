@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from harbor_openenv.client import launch
+from harbor_openenv.images.reach import LABEL_PROBE
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
@@ -35,10 +36,14 @@ class Server(launch.Server):
         super().__init__(tasks, token=TOKEN, python=python, **env)
 
 
-def runtime_containers(client, owner_prefix: str | None = None) -> list:
-    """This runtime's containers, optionally only those of one server process."""
+def runtime_containers(client, owner_prefix: str | None = None, *, probes: bool = False) -> list:
+    """This runtime's containers, optionally only those of one server process; an image's reach
+    probe (a throwaway container the tamper report's first use of an image starts in the
+    background) only with ``probes``."""
     # The low-level list, which does not inspect (and 404 on) containers removed meanwhile.
     containers = client.api.containers(all=True, filters={"label": "harbor-openenv"})
+    if not probes:
+        containers = [c for c in containers if LABEL_PROBE not in c["Labels"]]
     if owner_prefix is None:
         return containers
     return [

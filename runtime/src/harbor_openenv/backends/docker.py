@@ -14,6 +14,7 @@ import docker.errors
 
 from harbor_openenv.config import Settings
 from harbor_openenv.harness.base import HarnessError
+from harbor_openenv.images.reach import LABEL_PROBE
 from harbor_openenv.sandbox import LABEL_OWNER, SandboxError, engine
 
 log = logging.getLogger("harbor_openenv")
@@ -64,13 +65,12 @@ def codex_extras(settings: Settings) -> Callable[[str], Path | None] | None:
 
 
 def running(client: docker.DockerClient, owner: str) -> int | None:
-    """``owner``'s running containers on ``client``'s engine (None: it cannot answer)."""
+    """``owner``'s running episode containers on ``client``'s engine (an image's reach probe is
+    not one; None: it cannot answer)."""
     try:
-        filters: dict[str, str | list[str] | bool] = {
-            "label": f"{LABEL_OWNER}={owner}",
-            "status": "running",
-        }
-        return len(client.containers.list(filters=filters, ignore_removed=True))
+        filters = {"label": f"{LABEL_OWNER}={owner}", "status": "running"}
+        listed = client.api.containers(filters=filters)
+        return sum(LABEL_PROBE not in (c.get("Labels") or {}) for c in listed)
     except Exception as exc:  # the engine may be down: the gauge is left out
         log.debug("metrics: cannot list containers: %s", exc)
         return None

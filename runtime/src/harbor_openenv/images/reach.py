@@ -49,6 +49,7 @@ _PY = (
     " [p for p in sys.path if p], g(), u()]))"
 )
 _OUT = "/harbor-openenv-reach"
+LABEL_PROBE = "harbor-openenv.probe"  # on the probe's container: not an episode's
 _PROBE_TIMEOUT_S = 300
 # $@: the PATH folders. Interpreters first (one JSON line each), then every path, NUL-separated,
 # into _OUT (listed too: it is the probe's, harmless).
@@ -238,7 +239,7 @@ def probe(client: docker.DockerClient, image: str, labels: Mapping[str, str]) ->
             environment={"PY": _PY},
             user="0",
             network_mode="none",
-            labels=dict(labels),
+            labels={**labels, LABEL_PROBE: "1"},
         )
         try:
             holder.start()
