@@ -18,6 +18,7 @@ port replaces with the session's on the server's side.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -136,6 +137,9 @@ class CachedHarness:
         if result.exit_code == 0 and failure is None:
             return HarnessResult("completed", log=log)
         error = failure or f"{self.name} exited with code {result.exit_code}"
+        last = next((line for line in reversed(output.splitlines()) if line.strip()), "")
+        if last and last not in error:  # the harness's own last word says why, most often
+            error += f" (its output ends: {textwrap.shorten(last, 300)})"
         return HarnessResult("crashed", error=error, log=log)
 
     def locate(self, run: HarnessRun) -> str:
