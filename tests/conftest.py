@@ -199,6 +199,28 @@ def codex_package(docker_client) -> Path:
     return pack
 
 
+@pytest.fixture(scope="session")
+def harness_cache(docker_client) -> Path:
+    """The harness cache (``harbor-openenv harnesses fill``) of every cached harness at its pinned
+    version, glibc and musl builds for the engine's architecture, filled once into .cache (about
+    800 MB for claude-code; one filler at a time)."""
+    from harbor_openenv.harness.cache import BUILDS, MANIFEST, host_platforms
+
+    folder = CACHE / "harnesses"
+    platforms = host_platforms(docker_client.info()["Architecture"])
+    CACHE.mkdir(exist_ok=True)
+    with open(CACHE / "harnesses.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name, build in BUILDS.items():
+            manifest = folder / name / MANIFEST
+            if manifest.is_file() and f'"version": "{build.version}"' in manifest.read_text():
+                continue
+            platform_args = [arg for p in platforms for arg in ("--platform", p)]
+            fill = [sys.executable, "-m", "harbor_openenv.cli", "harnesses", "fill"]
+            subprocess.run([*fill, str(folder), name, *platform_args], check=True)
+    return folder
+
+
 # -- pytest-xdist ----------------------------------------------------------------------------------
 
 

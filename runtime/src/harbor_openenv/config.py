@@ -237,6 +237,14 @@ class Settings:
             Path,
         ),
     )
+    harness_cache: Path | None = field(
+        default=None,
+        metadata=_about(
+            "the harness cache the inside harnesses run from (claude-code, ...): a folder that"
+            " `harbor-openenv harnesses fill` fills, put read-only into every task container",
+            Path,
+        ),
+    )
     env_name: str | None = field(
         default=None, metadata=_about("/metadata's name (default: from openenv.yaml)")
     )

@@ -1,5 +1,6 @@
 """What the Docker backends (one engine, several engines) share: the engine's certificates given
-as contents, codex in the helper's volume, and the engine calls for counts and fork images."""
+as contents, codex and the harness cache in the helper's volume, and the engine calls for counts
+and fork images."""
 
 from __future__ import annotations
 
@@ -43,25 +44,36 @@ class Certificates:
             shutil.rmtree(self._folder, ignore_errors=True)
 
 
-def codex_extras(settings: Settings) -> Callable[[str], Path | None] | None:
-    """With ``HARBOR_OPENENV_CODEX_PACKAGE`` set, what puts codex into the helper's volume (once
-    per server, mounted read-only everywhere: a codex rollout then uploads nothing). A package
-    without the engine's build puts nothing there: a codex rollout then says why."""
-    package = settings.codex_package
-    if package is None:
+def volume_extras(settings: Settings) -> Callable[[str], list[Path]] | None:
+    """What goes into the helper's volume beside the helper (once per server, mounted read-only
+    everywhere: a rollout of an inside harness uploads nothing): codex with
+    ``HARBOR_OPENENV_CODEX_PACKAGE`` set, the harness cache's builds for the engine's
+    architecture with ``HARBOR_OPENENV_HARNESS_CACHE``. What has no build for the engine is left
+    out: a rollout of it then says why."""
+    package, root = settings.codex_package, settings.harness_cache
+    if package is None and root is None:
         return None
+    from harbor_openenv.harness.cache import HarnessCache
     from harbor_openenv.harness.codex import Codex
 
-    codex = Codex(package)
+    codex = Codex(package) if package is not None else None
+    cache = HarnessCache(root) if root is not None else None
 
-    def archive(machine: str) -> Path | None:
+    def archives(machine: str) -> list[Path]:
+        found = []
         try:
-            return codex.volume_archive(machine)
+            if codex is not None:
+                found.append(codex.volume_archive(machine))
         except HarnessError as exc:
             log.warning("codex is not in the helper's volume: %s", exc)
-            return None
+        try:
+            made = cache.volume_archive(machine) if cache is not None else None
+            found.extend([made] if made is not None else [])
+        except HarnessError as exc:
+            log.warning("the harness cache is not in the helper's volume: %s", exc)
+        return found
 
-    return archive
+    return archives
 
 
 def running(client: docker.DockerClient, owner: str) -> int | None:

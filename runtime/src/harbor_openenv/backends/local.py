@@ -37,7 +37,7 @@ class LocalEngine(Backend):
         self._images: ImageResolver | None = None
         self._lock = threading.Lock()
         self.starter = DockerStarter(
-            lambda: self.client, owner=owner, extras=shared.codex_extras(settings)
+            lambda: self.client, owner=owner, extras=shared.volume_extras(settings)
         )
 
     @property

@@ -60,7 +60,7 @@ class SeveralEngines(Backend):
         """The engines ``settings`` name (connected on first use), each client keeping
         connections for ``concurrency`` requests at once."""
         certificates = shared.Certificates(settings)
-        extras = shared.codex_extras(settings)  # one, so codex's archive is made once
+        extras = shared.volume_extras(settings)  # one, so their archives are made once
 
         def connect(url: str) -> docker.DockerClient:
             certificates.write()

@@ -22,9 +22,22 @@ def _codex(settings: Settings) -> Harness:
     return Codex.from_settings(settings)
 
 
+def _cached(name: str) -> Callable[[Settings], Harness]:
+    """The factory of the harness cache's ``name``."""
+
+    def factory(settings: Settings) -> Harness:
+        from harbor_openenv.harness import cached
+
+        return cached.from_settings(name, settings)
+
+    return factory
+
+
 HARNESSES: dict[str, Callable[[Settings], Harness]] = {
     "mini-swe-agent": _mini_swe_agent,  # beside the container
     "codex": _codex,  # inside it, through the relay
+    # inside it, from the harness cache (HARBOR_OPENENV_HARNESS_CACHE)
+    "claude-code": _cached("claude-code"),
 }
 
 

@@ -1,0 +1,125 @@
+"""The harness cache's harnesses (harness/cached.py) through a real server: the rollout action
+names one, the server runs its build from the helper's volume (the cache, put there once) in the
+task's no-network container as Harbor's agent class runs it, its model calls go through the
+relay, the keyed port and OpenEnv's capture proxy (the harness's dialect) to the scripted
+vLLM-like model, and the task's verifier grades it: the example tasks fixed give 1.0, a non-fix
+0.0, and each turn's token ids are the scripted model's. An image that cannot run the build gives
+one clear error, before the harness starts."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+
+import pytest
+from _model import Call, Say, ScriptedModel
+from _server import ROOT, Server
+
+pytestmark = pytest.mark.docker
+
+EXAMPLES = ROOT / "examples" / "dataset" / "tasks"
+HARNESSES = ["claude-code"]
+FIXES = {
+    "hello-world": "printf 'Hello, world!\\n' > /app/hello.txt",
+    "fix-sum-bug": "sed -i 's/range(1, len(numbers))/range(len(numbers))/' /app/sum_utils.py",
+}
+# Images that cannot run a build: busybox's shell and tools (a two-line `bash` that is
+# busybox's sh) with glibc's loader but no libc.so.6, or with no C library at all.
+BUSYBOX = """\
+FROM debian:bookworm-slim AS tools
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends busybox-static
+FROM scratch AS busybox
+COPY --from=tools /bin/busybox /bin/busybox
+RUN ["/bin/busybox", "--install", "-s", "/bin"]
+RUN printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash \\
+  && mkdir -p /tmp /app /root && chmod 1777 /tmp \\
+  && echo root:x:0:0:root:/root:/bin/sh > /etc/passwd && echo root:x:0: > /etc/group
+WORKDIR /app
+"""
+IMAGES = {
+    "glibc-loader": "COPY --from=tools /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 /lib64/\n",
+    "no-libc": "",
+}
+
+
+def offline(source, target) -> None:
+    """A copy of the task ``source`` at ``target``, no-network."""
+    shutil.copytree(source, target)
+    toml = (target / "task.toml").read_text()
+    (target / "task.toml").write_text(
+        toml.replace("[environment]\n", '[environment]\nnetwork_mode = "no-network"\n')
+    )
+
+
+@pytest.fixture(scope="module")
+def srv(docker_client, harness_cache, tmp_path_factory):
+    tasks = tmp_path_factory.mktemp("tasks")
+    for name in FIXES:
+        offline(EXAMPLES / name, tasks / name)
+    for image, lines in IMAGES.items():
+        task = tasks / f"hello-world-{image}"
+        offline(EXAMPLES / "hello-world", task)
+        (task / "environment" / "Dockerfile").write_text(BUSYBOX + lines)
+    server = Server(
+        tasks, HARBOR_OPENENV_HARNESS_CACHE=str(harness_cache), HARBOR_OPENENV_BUILD_NETWORK="host"
+    )
+    yield server
+    server.stop()
+
+
+def rollout(srv, harness, task, script, *, timeout_s=240):
+    """A rollout of ``harness`` on ``task`` whose model answers ``script``."""
+    with ScriptedModel(script) as model, srv.client() as env:
+        env.reset(task_id=task)
+        answer = env.rollout(
+            harness, base_url=model.base_url, model="scripted", max_turns=10, timeout_s=timeout_s
+        ).observation
+    return answer, model
+
+
+@pytest.mark.parametrize("task", sorted(FIXES))
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_the_harness_fixes_the_task_with_each_turns_tokens(srv, harness, task):
+    answer, model = rollout(srv, harness, task, [Call(FIXES[task]), Say("Fixed.")])
+    assert answer.error is None, (answer.error, answer.info["rollout"])
+    assert (answer.action_type, answer.done, answer.reward) == ("rollout", True, 1.0)
+    captured = answer.info["rollout"]
+    assert captured["harness"] == harness and captured["status"] == "completed", captured
+    turns = captured["turns"]
+    assert len(turns) == len(model.sent) == 2
+    assert [t["prompt_token_ids"] for t in turns] == [s["prompt_token_ids"] for s in model.sent]
+    assert [t["completion_token_ids"] for t in turns] == [
+        s["completion_token_ids"] for s in model.sent
+    ]
+    assert all(len(t["logprobs"]) == len(t["completion_token_ids"]) for t in turns)
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_a_non_fix_gives_zero(srv, harness):
+    script = [Call("ls /sys/class/net; echo hello > /app/other.txt"), Say("Done.")]
+    answer, model = rollout(srv, harness, "hello-world", script)
+    assert (answer.error, answer.reward) == (None, 0.0), answer
+    assert answer.info["rollout"]["status"] == "completed"
+    # what the command saw: loopback only, no network interface
+    outputs = " ".join(
+        str(m.get("content")) for r in model.requests for m in r["messages"] if m["role"] == "tool"
+    )
+    assert outputs.split() == ["lo"], outputs
+
+
+@pytest.mark.parametrize(
+    ("task", "reason"),
+    [
+        ("hello-world-glibc-loader", "its linux-x64 build cannot load in this image:"),
+        ("hello-world-no-libc", "the image has no C library loader"),
+    ],
+)
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_an_image_that_cannot_run_the_build_is_one_clear_error(srv, harness, task, reason):
+    answer, model = rollout(srv, harness, task, [Say("Done.")], timeout_s=60)
+    assert answer.reward is None and answer.done, answer
+    expected = f"rollout: the harness crashed: {harness} cannot run in this container:"
+    assert answer.error.startswith(expected) and reason in answer.error, answer.error
+    assert "\n" not in answer.error
+    assert model.requests == []  # it never started
+    print(textwrap.shorten(answer.error, 300))
