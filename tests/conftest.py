@@ -199,6 +199,22 @@ def codex_package(docker_client) -> Path:
     return pack
 
 
+@pytest.fixture(scope="session")
+def harness_cache() -> Path:
+    """The harness cache (HARBOR_OPENENV_HARNESS_CACHE) with terminus-2's portable tmux, filled
+    once into .cache from Debian's packages (about 4.5 MB; one filler at a time)."""
+    from harbor_openenv.harness.portable import PLATFORMS, fill_tmux
+
+    cache = CACHE / "harness-cache"
+    tmux = cache / "tmux" / PLATFORMS[os.uname().machine]
+    CACHE.mkdir(exist_ok=True)
+    with open(CACHE / "harness-cache.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (tmux / "bin" / "tmux").is_file():
+            fill_tmux(tmux)
+    return cache
+
+
 # -- pytest-xdist ----------------------------------------------------------------------------------
 
 

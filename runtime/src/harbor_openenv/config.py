@@ -229,6 +229,14 @@ class Settings:
             Path,
         ),
     )
+    harness_cache: Path | None = field(
+        default=None,
+        metadata=_about(
+            "the harness cache: a folder of harnesses and the runtimes they need, made portable"
+            " (terminus-2's tmux: CACHE/tmux/<platform>)",
+            Path,
+        ),
+    )
     env_name: str | None = field(
         default=None, metadata=_about("/metadata's name (default: from openenv.yaml)")
     )

@@ -21,9 +21,16 @@ def _codex(settings: Settings) -> Harness:
     return Codex.from_settings(settings)
 
 
+def _terminus_2(settings: Settings) -> Harness:
+    from harbor_openenv.harness.terminus import Terminus
+
+    return Terminus.from_settings(settings)
+
+
 HARNESSES: dict[str, Callable[[Settings], Harness]] = {
     "mini-swe-agent": _mini_swe_agent,  # beside the container
     "codex": _codex,  # inside it, through the relay
+    "terminus-2": _terminus_2,  # beside it, driving tmux in it (Python >= 3.12, harbor extra)
 }
 
 
