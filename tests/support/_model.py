@@ -35,6 +35,7 @@ SHELL_TOOLS = {
     "shell": lambda command: {"command": ["bash", "-lc", command]},  # older Codex CLI
     "shell_command": lambda command: {"command": command},
     "bash": lambda command: {"command": command},
+    "Bash": lambda command: {"command": command},  # Claude Code
     "exec": lambda command: {"command": command},
 }
 

@@ -54,6 +54,7 @@ GIVEN = {
     "log_level": ("warning", "WARNING"),
     "record_dir": ("/srv/rollouts", Path("/srv/rollouts")),
     "codex_package": ("/srv/codex", Path("/srv/codex")),
+    "harness_cache": ("/srv/harnesses", Path("/srv/harnesses")),
     "env_name": ("my-env", "my-env"),
     "env_version": ("1.2.3", "1.2.3"),
 }

@@ -232,8 +232,8 @@ class Settings:
     harness_cache: Path | None = field(
         default=None,
         metadata=_about(
-            "the harness cache: a folder of harnesses and the runtimes they need, made portable"
-            " (terminus-2's tmux: CACHE/tmux/<platform>)",
+            "the harness cache the inside harnesses run from (claude-code, ...) and the runtimes beside harnesses use (terminus-2's tmux): a folder that"
+            " `harbor-openenv harnesses fill` fills, put read-only into every task container",
             Path,
         ),
     )

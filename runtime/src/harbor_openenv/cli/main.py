@@ -607,6 +607,25 @@ def cmd_wheels(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_harnesses_fill(args: argparse.Namespace) -> int:
+    import platform
+
+    from harbor_openenv.harness.base import HarnessError
+    from harbor_openenv.harness.cache import BUILDS, fill, host_platforms
+
+    names = args.names or sorted(BUILDS)
+    try:
+        platforms = tuple(args.platform or host_platforms(platform.machine()))
+        for name in names:
+            sizes = fill(args.folder, name, platforms)
+            for where, size in sizes.items():
+                print(f"{name} {BUILDS[name].version} {where}: {size / 1e6:.0f} MB")
+    except HarnessError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"point HARBOR_OPENENV_HARNESS_CACHE at {args.folder.resolve()}")
+    return EXIT_OK
+
+
 # -- entry point ---------------------------------------------------------------------------------
 
 _DATASET_HELP = "a dataset folder: tasks at its root or under its tasks/ folder"
@@ -769,6 +788,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="download wheels for this platform tag (repeatable), e.g. manylinux_2_28_x86_64",
     )
     wheels.set_defaults(run=cmd_wheels)
+
+    harnesses = commands.add_parser(
+        "harnesses",
+        help="fill the harness cache the inside harnesses run from",
+        description="The harness cache (HARBOR_OPENENV_HARNESS_CACHE): each inside harness's"
+        " pinned build, fetched here with npm pack and put read-only into every task container"
+        " by the server.",
+    )
+    harness_commands = harnesses.add_subparsers(dest="action", required=True, metavar="ACTION")
+    fill = harness_commands.add_parser(
+        "fill",
+        help="fetch harnesses into FOLDER",
+        description="Fetch each NAMEd harness (default: all) into FOLDER/NAME with npm pack, at"
+        " the version this runtime pins, for this machine's architecture (glibc and musl builds)"
+        " or the npm platforms --platform names; what was there is replaced.",
+    )
+    fill.add_argument("folder", type=Path, metavar="FOLDER")
+    fill.add_argument("names", nargs="*", metavar="NAME", help="a harness, e.g. claude-code")
+    fill.add_argument(
+        "--platform",
+        action="append",
+        metavar="PLATFORM",
+        help="an npm platform to fill (repeatable), e.g. linux-x64 or linux-arm64-musl",
+    )
+    fill.set_defaults(run=cmd_harnesses_fill)
     return parser
 
 

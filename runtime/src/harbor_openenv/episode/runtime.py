@@ -108,8 +108,9 @@ class Runtime:
                 f"{Settings.variable('pool_size')}={self.settings.pool_size}: Harbor's backends"
                 f" ({Settings.variable('backend')}={self.settings.backend}) have no warm pool"
             )
-        # What puts codex into each engine's helper volume: one, so its archive is made once.
-        self._codex = None if backend or self.harbor else self._codex_volume()
+        # What puts codex and the harness cache into each engine's helper volume: one, so their
+        # archives are made once.
+        self._extras = None if backend or self.harbor else self._volume_extras()
         # HARBOR_OPENENV_DOCKER_HOSTS: several engines, each episode placed on one of them.
         self.engines = (
             self._engine_set(max_sessions) if self.settings.docker_hosts and not backend else None
@@ -117,7 +118,7 @@ class Runtime:
         self.backend: Backend = backend or (
             self._harbor_backend()
             if self.harbor
-            else DockerBackend(lambda: self.docker, owner=self.owner, extras=self._codex)
+            else DockerBackend(lambda: self.docker, owner=self.owner, extras=self._extras)
             if self.engines is None
             else _Placed()
         )
@@ -188,7 +189,7 @@ class Runtime:
                     lambda: client,
                     owner=self.owner,
                     environ=engine_environ(one.url, os.environ),
-                    extras=self._codex,
+                    extras=self._extras,
                 ),
             )
 
@@ -544,25 +545,36 @@ class Runtime:
         except RuntimeError:  # shutting down: no new background work
             remove()
 
-    def _codex_volume(self) -> Callable[[str], Path | None] | None:
-        """With ``HARBOR_OPENENV_CODEX_PACKAGE`` set, what puts codex into the helper's volume
-        (once per server, mounted read-only everywhere: a codex rollout then uploads nothing).
-        A package without the engine's build puts nothing there: a codex rollout then says why."""
-        package = self.settings.codex_package
-        if package is None:
+    def _volume_extras(self) -> Callable[[str], list[Path]] | None:
+        """What goes into the helper's volume beside the helper (once per server, mounted
+        read-only everywhere: a rollout of an inside harness uploads nothing): codex with
+        ``HARBOR_OPENENV_CODEX_PACKAGE`` set, the harness cache's builds for the engine's
+        architecture with ``HARBOR_OPENENV_HARNESS_CACHE``. What has no build for the engine
+        is left out: a rollout of it then says why."""
+        package, root = self.settings.codex_package, self.settings.harness_cache
+        if package is None and root is None:
             return None
+        from harbor_openenv.harness.cache import HarnessCache
         from harbor_openenv.harness.codex import Codex
 
-        codex = Codex(package)
+        codex = Codex(package) if package is not None else None
+        cache = HarnessCache(root) if root is not None else None
 
-        def archive(machine: str) -> Path | None:
+        def archives(machine: str) -> list[Path]:
+            found = []
             try:
-                return codex.volume_archive(machine)
+                if codex is not None:
+                    found.append(codex.volume_archive(machine))
             except HarnessError as exc:
                 log.warning("codex is not in the helper's volume: %s", exc)
-                return None
+            try:
+                made = cache.volume_archive(machine) if cache is not None else None
+                found.extend([made] if made is not None else [])
+            except HarnessError as exc:
+                log.warning("the harness cache is not in the helper's volume: %s", exc)
+            return found
 
-        return archive
+        return archives
 
     def capture(self) -> CaptureProxy:
         """The server's one capture proxy (127.0.0.1, a free port), started on first use."""

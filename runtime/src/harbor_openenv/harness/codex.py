@@ -34,7 +34,7 @@ from harbor_openenv.sandbox.base import Sandbox
 from harbor_openenv.sandbox.errors import SandboxError
 
 from .base import HarnessError, HarnessResult, HarnessRun
-from .keyed_port import KeyedPort
+from .keyed_port import KeyedPort, target_of
 
 HOME = "/opt/harbor-openenv/codex"  # in the container: bin/codex, path/ (rg), home/ (1777)
 PORT = 4180  # the relayed port inside the container
@@ -85,7 +85,7 @@ class Codex:
         try:
             codex = self.install(sandbox)
             with (
-                KeyedPort(_target(run.model.base_url), run.model.api_key) as target,
+                KeyedPort(target_of(run.model.base_url), run.model.api_key) as target,
                 sandbox.relay(self.port, target),
             ):
                 result = sandbox.exec(
@@ -216,14 +216,6 @@ def _sources(package: Path, triple: str) -> Iterator[tuple[str, IO[bytes], int]]
                 extracted = pack.extractfile(member)
                 if extracted is not None:
                     yield name, extracted, member.size
-
-
-def _target(base_url: str) -> tuple[str, int]:
-    """The host and port of the model's base URL, on the server's side."""
-    parts = urlsplit(base_url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise HarnessError(f"the model's base URL must be http://HOST[:PORT]/...: {base_url!r}")
-    return parts.hostname, parts.port or 80
 
 
 def _failure(output: str) -> str | None:

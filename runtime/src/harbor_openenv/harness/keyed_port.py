@@ -3,9 +3,10 @@
 An inside harness runs in the task container, where the agent can read every process's
 environment and arguments, so the capture session's key must not be there. The relay's target is
 this forwarder instead of the capture proxy: on 127.0.0.1 at a free port, it reads each
-connection's HTTP request head, drops the ``Authorization`` (and ``Proxy-Authorization``) the
-harness sent, adds ``Authorization: Bearer KEY`` and ``Connection: close``, and passes the rest
-through to the proxy unchanged. ``Connection: close`` makes every connection carry one request,
+connection's HTTP request head, drops the ``Authorization`` (and ``Proxy-Authorization``, and
+``x-api-key`` and ``x-goog-api-key``: Anthropic's and Google's key headers) the harness sent, adds
+``Authorization: Bearer KEY`` and ``Connection: close``, and passes the rest through to the proxy
+unchanged. ``Connection: close`` makes every connection carry one request,
 so no later request on it goes by unkeyed. A head that is too long or not HTTP closes the
 connection; nothing else is answered here.
 """
@@ -16,10 +17,23 @@ import contextlib
 import re
 import socket
 import threading
+from urllib.parse import urlsplit
+
+from .base import HarnessError
 
 MAX_HEAD = 64 << 10  # the largest request head accepted (line and headers)
 _CHUNK = 1 << 16
-_DROPPED = re.compile(rb"(authorization|proxy-authorization|connection|keep-alive):", re.I)
+_DROPPED = re.compile(
+    rb"(authorization|proxy-authorization|x-api-key|x-goog-api-key|connection|keep-alive):", re.I
+)
+
+
+def target_of(base_url: str) -> tuple[str, int]:
+    """The host and port of a model's ``http://`` base URL, on the server's side."""
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise HarnessError(f"the model's base URL must be http://HOST[:PORT]/...: {base_url!r}")
+    return parts.hostname, parts.port or 80
 
 
 class HeadError(Exception):

@@ -27,10 +27,23 @@ def _terminus_2(settings: Settings) -> Harness:
     return Terminus.from_settings(settings)
 
 
+def _cached(name: str) -> Callable[[Settings], Harness]:
+    """The factory of the harness cache's ``name``."""
+
+    def factory(settings: Settings) -> Harness:
+        from harbor_openenv.harness import cached
+
+        return cached.from_settings(name, settings)
+
+    return factory
+
+
 HARNESSES: dict[str, Callable[[Settings], Harness]] = {
     "mini-swe-agent": _mini_swe_agent,  # beside the container
     "codex": _codex,  # inside it, through the relay
     "terminus-2": _terminus_2,  # beside it, driving tmux in it (Python >= 3.12, harbor extra)
+    # inside it, from the harness cache (HARBOR_OPENENV_HARNESS_CACHE)
+    "claude-code": _cached("claude-code"),
 }
 
 

@@ -64,11 +64,11 @@ def mount(volume: str) -> Mount:
 
 class HelperVolume:
     """A Docker volume holding the helper, made once per server on first use. ``extras`` gives,
-    for the engine's architecture, a tar archive of more read-only files to put beside it (the
-    codex harness's binary), or None."""
+    for the engine's architecture, tar archives of more read-only files to put beside it (the
+    codex harness's binary, the harness cache's builds)."""
 
     def __init__(
-        self, labels: dict[str, str], extras: Callable[[str], Path | None] | None = None
+        self, labels: dict[str, str], extras: Callable[[str], list[Path]] | None = None
     ) -> None:
         self._labels = labels
         self._extras = extras
@@ -89,7 +89,7 @@ class HelperVolume:
 
         architecture = client.info().get("Architecture", "")
         data = binary(architecture)
-        extra = self._extras(_ARCHITECTURES[architecture]) if self._extras else None
+        extras = self._extras(_ARCHITECTURES[architecture]) if self._extras else []
         digest = hashlib.sha256(data).hexdigest()[:12]
         name = f"harbor-openenv-helper-{digest}-{uuid.uuid4().hex[:8]}"
         info = tarfile.TarInfo(contract.HELPER_NAME)
@@ -109,7 +109,7 @@ class HelperVolume:
             )
             try:
                 holder.put_archive("/helper", archive.getvalue())
-                if extra is not None:
+                for extra in extras:
                     with open(extra, "rb") as stream:  # streamed: it may be large
                         holder.put_archive("/helper", stream)
             finally:

@@ -31,7 +31,7 @@ class DockerBackend:
         *,
         owner: str,
         environ: Mapping[str, str] | None = None,
-        extras: Callable[[str], Path | None] | None = None,
+        extras: Callable[[str], list[Path]] | None = None,
     ) -> None:
         self._client = client
         self.owner = owner

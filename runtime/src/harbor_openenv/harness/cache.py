@@ -1,0 +1,197 @@
+"""The harness cache: inside harnesses with the runtime each needs, filled on the server's host
+from the npm registry (``npm pack``, pinned versions) and put read-only into every task container.
+
+Layout on the host (``HARBOR_OPENENV_HARNESS_CACHE``)::
+
+    CACHE/<harness>/harness.json             name, version, the npm packages filled
+    CACHE/<harness>/<platform>/bin/<entry>   one folder per npm platform filled:
+                                             linux-x64, linux-x64-musl, linux-arm64, ...
+
+A harness that ships self-contained builds (claude-code: a Bun build per platform, glibc and
+musl) needs nothing else. The server puts the cache's builds for its engine's architecture into
+the helper's volume once (:meth:`HarnessCache.volume_archive`), mounted read-only at
+``/.harbor-openenv/harnesses`` in every container: nothing is uploaded per episode, no network is
+used at episode time and nothing there can be written by the agent (a read-only volume mount).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from harbor_openenv.helper import MOUNT_DIR
+
+from .base import HarnessError
+
+MOUNTED = f"{MOUNT_DIR}/harnesses"  # in the container: MOUNTED/<harness>/<platform>/...
+MANIFEST = "harness.json"
+ARCHES = {"x86_64": "x64", "aarch64": "arm64"}  # uname -m -> npm's architecture name
+
+
+@dataclass(frozen=True)
+class Build:
+    """How one harness is filled from npm: ``package`` (``{platform}`` in it) at ``version``,
+    from which ``files`` (member of the npm pack -> path in the platform's folder) are kept; it
+    ships builds for ``platforms``; it runs ``entry`` (a path in the platform's folder)."""
+
+    name: str
+    package: str
+    version: str
+    files: dict[str, str]
+    platforms: tuple[str, ...]
+    entry: str
+
+    def spec(self, platform: str) -> str:
+        return f"{self.package.format(platform=platform)}@{self.version}"
+
+
+BUILDS = {
+    build.name: build
+    for build in (
+        Build(
+            name="claude-code",
+            package="@anthropic-ai/claude-code-{platform}",
+            version="2.1.332",
+            files={"package/claude": "bin/claude"},
+            platforms=("linux-x64", "linux-x64-musl", "linux-arm64", "linux-arm64-musl"),
+            entry="bin/claude",
+        ),
+    )
+}
+
+
+def host_platforms(machine: str) -> tuple[str, ...]:
+    """The npm platforms of a machine (``uname -m``): glibc's and musl's."""
+    arch = ARCHES.get(machine)
+    if arch is None:
+        raise HarnessError(f"no harness builds for the architecture {machine!r}")
+    return (f"linux-{arch}", f"linux-{arch}-musl")
+
+
+def platform_of(machine: str, libc: str) -> str:
+    """The npm platform for a container's machine and C library (``glibc`` or ``musl``)."""
+    glibc, musl = host_platforms(machine)
+    return musl if libc == "musl" else glibc
+
+
+def fill(root: Path, name: str, platforms: tuple[str, ...]) -> dict[str, int]:
+    """Fill ``root/name`` with the harness's builds for ``platforms`` (the ones it ships) with
+    ``npm pack``; replaces what was there. Returns each platform's size in bytes."""
+    build = BUILDS.get(name)
+    if build is None:
+        raise HarnessError(f"no harness {name!r} to fill (known: {', '.join(sorted(BUILDS))})")
+    wanted = [platform for platform in platforms if platform in build.platforms]
+    if not wanted:
+        raise HarnessError(f"{name} ships no build for {', '.join(platforms)}")
+    if shutil.which("npm") is None:
+        raise HarnessError("filling the harness cache needs npm (it runs npm pack)")
+    folder = root / name
+    sizes: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="harbor-openenv-fill-") as scratch:
+        for platform in wanted:
+            target = Path(scratch) / platform
+            target.mkdir()
+            packed = subprocess.run(
+                ["npm", "pack", "--silent", "--pack-destination", scratch, build.spec(platform)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if packed.returncode != 0:
+                problem = (packed.stderr.strip().splitlines() or ["no output"])[-1]
+                raise HarnessError(f"npm pack {build.spec(platform)} failed: {problem}")
+            pack = Path(scratch) / packed.stdout.strip().splitlines()[-1]
+            _unpack(pack, build.files, target)
+            pack.unlink()
+            sizes[platform] = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for platform in wanted:
+            shutil.move(Path(scratch) / platform, folder / platform)
+    manifest = {
+        "name": name,
+        "version": build.version,
+        "packages": {platform: build.spec(platform) for platform in wanted},
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return sizes
+
+
+def _unpack(pack: Path, files: dict[str, str], target: Path) -> None:
+    """The members ``files`` names out of the npm pack ``pack``, into ``target``."""
+    with tarfile.open(pack) as tar:
+        for member, path in files.items():
+            try:
+                info = tar.getmember(member)
+                source = tar.extractfile(info)
+            except KeyError:
+                source = None
+            if source is None:
+                raise HarnessError(f"{pack.name} has no file {member}")
+            destination = target / path
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            with source, open(destination, "wb") as out:
+                shutil.copyfileobj(source, out)
+            destination.chmod(0o755 if info.mode & 0o111 else 0o644)
+
+
+class HarnessCache:
+    """The filled cache at ``root``: what it holds, and its builds for an architecture as one
+    tar archive for the helper's volume (made once, in a temporary folder removed with this
+    object or at exit)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._archives: dict[str, Path | None] = {}
+        self._lock = threading.Lock()
+        self._scratch = Path(tempfile.mkdtemp(prefix="harbor-openenv-harnesses-"))
+        weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+
+    def harnesses(self) -> dict[str, dict[str, object]]:
+        """Each filled harness's manifest, by name."""
+        found = {}
+        for manifest in sorted(self.root.glob(f"*/{MANIFEST}")):
+            try:
+                found[manifest.parent.name] = json.loads(manifest.read_text())
+            except ValueError:
+                raise HarnessError(f"{manifest}: not JSON (fill the harness again)") from None
+        return found
+
+    def volume_archive(self, machine: str) -> Path | None:
+        """A tar of ``harnesses/<harness>/<platform>/...`` for ``machine``'s platforms, or None
+        when the cache has none."""
+        with self._lock:
+            if machine not in self._archives:
+                self._archives[machine] = self._archive(machine)
+            return self._archives[machine]
+
+    def _archive(self, machine: str) -> Path | None:
+        platforms = host_platforms(machine)
+        folders = [
+            folder
+            for name in self.harnesses()
+            for folder in sorted((self.root / name).iterdir())
+            if folder.is_dir() and folder.name in platforms
+        ]
+        if not folders:
+            return None
+        target = self._scratch / f"harnesses-{machine}.tar"
+
+        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
+            return info
+
+        with tarfile.open(target, "w") as tar:
+            for folder in folders:
+                name = f"harnesses/{folder.parent.name}/{folder.name}"
+                tar.add(folder, arcname=name, filter=owned)
+        return target

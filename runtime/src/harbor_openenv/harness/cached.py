@@ -1,0 +1,194 @@
+"""An inside harness from the harness cache, run as Harbor's own agent class runs it.
+
+What Harbor's class (``harbor.agents.installed.*``) knows, its command lines, environment
+variables, config files and flags, is replayed from ``harbor_agents.json``: the commands its
+``run()`` executes, recorded against Harbor 0.25 by ``scripts/harbor-agents.py`` (the runtime
+never imports Harbor, which needs Python 3.12; tests/deploy/test_harbor_agents.py checks the
+table against the installed Harbor). Only its install step is replaced: the harness's build is
+already in the container, read-only, from the cache (:mod:`.cache`).
+
+Each run first probes the container as root (one exec): its architecture and C library (musl's
+loader, else glibc's) pick the build, whose shared libraries the image's own loader must resolve
+(``ld.so --list``); an image that cannot run it fails here with one line saying why, before
+anything starts. Then the model's port is relayed to a :class:`.keyed_port.KeyedPort`: the
+harness is given the relayed URL in its dialect's form and a placeholder key, which the keyed
+port replaces with the session's on the server's side.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from harbor_openenv.config import Settings
+from harbor_openenv.sandbox.errors import SandboxError
+
+from .base import HarnessError, HarnessResult, HarnessRun
+from .cache import BUILDS, MANIFEST, MOUNTED, Build
+from .keyed_port import KeyedPort, target_of
+
+PORT = 4181  # the relayed port inside the container
+LOG_BYTES = 64 << 10  # the tail of the harness's output a result keeps
+_TABLE = "harbor_agents.json"
+
+# Finds the build for the container (as root): $1 the harness's folder, $2 its entry. Prints
+# the platform folder, or one line saying why the image cannot run it (exit 3).
+PROBE = r"""
+m=$(uname -m)
+case $m in
+  x86_64) a=x64 g=/lib64/ld-linux-x86-64.so.2 ;;
+  aarch64) a=arm64 g=/lib/ld-linux-aarch64.so.1 ;;
+  *) echo "no harness builds for the container's architecture $m"; exit 3 ;;
+esac
+if [ -e "$g" ]; then p=linux-$a l=$g libc=glibc
+elif [ -e "/lib/ld-musl-$m.so.1" ]; then p=linux-$a-musl l=/lib/ld-musl-$m.so.1 libc=musl
+else echo "the image has no C library loader (neither glibc's $g nor musl's)"; exit 3
+fi
+if [ ! -d "$1" ]; then
+  echo "the harness cache is not in this container (the server's HARBOR_OPENENV_HARNESS_CACHE)"
+  exit 3
+fi
+b="$1/$p/$2"
+if [ ! -x "$b" ]; then
+  echo "the harness cache holds no $p build for this $libc image"; exit 3
+fi
+if ! out=$("$l" --list "$b" 2>&1); then
+  echo "its $p build cannot load in this image: $(echo "$out" | grep -v '=> /' | tr '\n' ' ')"
+  exit 3
+fi
+echo "$1/$p"
+"""
+
+
+def agent_table() -> dict[str, Any]:
+    """The recorded table of Harbor's agents (see the module's docstring)."""
+    text = (resources.files(__package__) / _TABLE).read_text()
+    table: dict[str, Any] = json.loads(text)
+    return table
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How a harness names its model's endpoint: the relayed URL's path (``/v1`` for OpenAI's
+    APIs, none for Anthropic's and Google's, whose clients add their own)."""
+
+    name: Literal["anthropic", "openai", "google"]
+    path: str
+
+
+ANTHROPIC = Dialect("anthropic", "")
+
+
+class CachedHarness:
+    """A harness of the cache, run as Harbor's class runs it; ``failure`` reads the error it
+    reported out of its output, if any."""
+
+    where: Literal["beside", "inside"] = "inside"
+
+    def __init__(
+        self,
+        build: Build,
+        dialect: Dialect,
+        failure: Callable[[str], str | None],
+        *,
+        port: int = PORT,
+    ) -> None:
+        self.name = build.name
+        self.build, self.dialect, self._failure, self.port = build, dialect, failure, port
+        table = agent_table()
+        self.placeholders: dict[str, str] = table["placeholders"]
+        self.steps: list[dict[str, Any]] = table["agents"][build.name]
+
+    def run(self, run: HarnessRun) -> HarnessResult:
+        """Find its build, relay the model's port and run Harbor's commands in order, until one
+        fails or the budget's time is up."""
+        sandbox = run.sandbox
+        try:
+            folder = self.locate(run)
+            with (
+                KeyedPort(target_of(run.model.base_url), run.model.api_key) as target,
+                sandbox.relay(self.port, target),
+            ):
+                output = ""
+                for step in self.steps:
+                    result = sandbox.exec(
+                        f'export PATH="{folder}/bin:$PATH"; {step["command"]}',
+                        env=self.environment(step["env"], run),
+                        user=run.user,
+                        workdir=run.workdir,
+                        timeout_s=run.budget.timeout_s,
+                        max_output=16 << 20,
+                    )
+                    output += result.output
+                    if result.timed_out or result.exit_code != 0:
+                        break
+        except (HarnessError, SandboxError) as exc:
+            return HarnessResult("crashed", error=str(exc))
+        log = output[-LOG_BYTES:]
+        if result.timed_out:
+            error = f"{self.name} ran past its {run.budget.timeout_s:g} s"
+            return HarnessResult("timeout", error=error, log=log)
+        failure = self._failure(result.output)
+        if result.exit_code == 0 and failure is None:
+            return HarnessResult("completed", log=log)
+        error = failure or f"{self.name} exited with code {result.exit_code}"
+        return HarnessResult("crashed", error=error, log=log)
+
+    def locate(self, run: HarnessRun) -> str:
+        """The folder of the build the container runs (one root exec, :data:`PROBE`); raises
+        :class:`HarnessError` with the probe's reason when the image cannot run it."""
+        found = run.sandbox.exec_root(PROBE, f"{MOUNTED}/{self.name}", self.build.entry)
+        if found.exit_code != 0:
+            reason = found.output.strip() or f"the probe exited with code {found.exit_code}"
+            raise HarnessError(f"{self.name} cannot run in this container: {reason}")
+        return found.output.strip()
+
+    def environment(self, env: dict[str, str], run: HarnessRun) -> dict[str, str]:
+        """A step's environment as Harbor set it, its placeholders replaced: the model's name,
+        the relayed URL and the instruction (the key stays a placeholder: the keyed port sets
+        the real one outside the container)."""
+        path = urlsplit(run.model.base_url).path.rstrip("/") if self.dialect.path else ""
+        values = {
+            self.placeholders["model"]: run.model.model,
+            self.placeholders["base_url"]: f"http://127.0.0.1:{self.port}{path}",
+            self.placeholders["instruction"]: run.instruction,
+        }
+        return {name: values.get(value, value) for name, value in env.items()}
+
+
+def claude_failure(output: str) -> str | None:
+    """The error Claude Code's ``stream-json`` result reported, if it did."""
+    for line in reversed(output.splitlines()):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("type") == "result":
+            if event.get("is_error"):
+                return str(event.get("result") or event.get("subtype") or "an error")
+            return None
+    return "claude-code reported no result"
+
+
+# The cache's harnesses: each one's dialect (the capture proxy's matching one) and how its
+# output reports an error.
+KINDS: dict[str, tuple[Dialect, Callable[[str], str | None]]] = {
+    "claude-code": (ANTHROPIC, claude_failure),  # Anthropic Messages
+}
+
+
+def from_settings(name: str, settings: Settings) -> CachedHarness:
+    """The harness ``name``, when the server's harness cache holds it."""
+    root = settings.harness_cache
+    if root is None:
+        variable = Settings.variable("harness_cache")
+        raise HarnessError(f"{variable} is not set (harbor-openenv harnesses fill DIR {name})")
+    if not (root / name / MANIFEST).is_file():
+        fill = f"harbor-openenv harnesses fill {root} {name}"
+        raise HarnessError(f"the harness cache {root} holds no {name} ({fill})")
+    dialect, failure = KINDS[name]
+    return CachedHarness(BUILDS[name], dialect, failure)

@@ -1,0 +1,92 @@
+"""Print what Harbor's installed agents run, as the cached harnesses replay it: their commands and
+environment, with placeholders for the model, its key, its base URL and the instruction.
+
+    $HARBOR_OPENENV_HARBOR_VENV/bin/python scripts/harbor-agents.py > \\
+        runtime/src/harbor_openenv/harness/harbor_agents.json
+
+Needs Harbor 0.25 (Python >= 3.12; .ci/interop-tools.sh installs it). Each agent class of
+``harbor.agents.installed`` runs against a recording environment that answers every command with
+exit 0 and no output: its ``run()`` is what is recorded, never its ``install()`` (the harness cache
+replaces that step). tests/deploy/test_harbor_agents.py checks the committed table against the
+installed Harbor. The runtime reads the table alone: it never imports Harbor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from harbor.agents.installed.claude_code import ClaudeCode
+from harbor.models.agent.context import AgentContext
+
+# The placeholders the runtime replaces (harness/cached.py reads them from the table).
+PLACEHOLDERS = {
+    "model": "harbor-openenv-model",
+    "api_key": "harbor-openenv-key",
+    "base_url": "http://harbor-openenv-base.invalid",
+    "instruction": "harbor-openenv-instruction",
+}
+AGENTS: dict[str, tuple[type[Any], str, dict[str, str]]] = {
+    # name: the class, its model name (provider/model), the environment that names the endpoint
+    "claude-code": (
+        ClaudeCode,
+        f"anthropic/{PLACEHOLDERS['model']}",
+        {
+            "ANTHROPIC_API_KEY": PLACEHOLDERS["api_key"],
+            "ANTHROPIC_BASE_URL": PLACEHOLDERS["base_url"],
+        },
+    ),
+}
+
+
+class Recorder:
+    """A Harbor environment that records each ``exec`` and answers it with success."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    async def exec(self, command: str, **kwargs: Any) -> Any:
+        self.calls.append({"command": command, "env": dict(kwargs.get("env") or {})})
+        return mock.Mock(return_code=0, stdout="", stderr="")
+
+    def __getattr__(self, name: str) -> Any:
+        async def nothing(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        return nothing
+
+
+def record(cls: type[Any], model: str, env: dict[str, str]) -> list[dict[str, Any]]:
+    """What ``cls(...).run()`` executes, in order (its random names made fixed)."""
+    recorder = Recorder()
+    fixed = uuid.UUID(int=0)
+    with (
+        tempfile.TemporaryDirectory() as logs,
+        mock.patch.object(uuid, "uuid4", return_value=fixed),
+    ):
+        agent = cls(logs_dir=Path(logs), model_name=model, extra_env=env)
+        asyncio.run(agent.run(PLACEHOLDERS["instruction"], recorder, AgentContext()))
+    return recorder.calls
+
+
+def main() -> int:
+    import harbor
+
+    table = {
+        "harbor": getattr(harbor, "__version__", "unknown"),
+        "placeholders": PLACEHOLDERS,
+        "agents": {name: record(*spec) for name, spec in AGENTS.items()},
+    }
+    json.dump(table, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
