@@ -202,16 +202,16 @@ def codex_package(docker_client) -> Path:
 @pytest.fixture(scope="session")
 def harness_cache() -> Path:
     """The harness cache (HARBOR_OPENENV_HARNESS_CACHE) with terminus-2's portable tmux, filled
-    once into .cache from Debian's packages (about 4.5 MB; one filler at a time)."""
-    from harbor_openenv.harness.portable import PLATFORMS, fill_tmux
+    once into .cache from Debian's packages as `harbor-openenv harnesses fill CACHE tmux` fills
+    it (about 4.5 MB; one filler at a time)."""
+    from harbor_openenv.harness.cache import fill
 
     cache = CACHE / "harness-cache"
-    tmux = cache / "tmux" / PLATFORMS[os.uname().machine]
     CACHE.mkdir(exist_ok=True)
     with open(CACHE / "harness-cache.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (tmux / "bin" / "tmux").is_file():
-            fill_tmux(tmux)
+        if not (cache / "tmux" / "harness.json").is_file():
+            fill(cache, "tmux", ())
     return cache
 
 

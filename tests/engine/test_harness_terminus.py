@@ -1,6 +1,6 @@
 """The terminus-2 harness (harness/terminus.py) through a real server run from the Python 3.12
 venv (the runtime with its harbor extra): Harbor's own Terminus2 drives a tmux session, from the
-harness cache's portable tmux, in the bundled examples' containers made no-network, with the
+harness cache's portable tmux (in the helper's volume, read-only), in the bundled examples' containers made no-network, with the
 scripted vLLM-like model (tests/support/_scripted_model.py) answering in terminus-2's JSON. A fix
 scores 1.0 and a non-fix 0.0; the answer's token ids are the model's own turn by turn, linked by
 prefix; an image without what Harbor's tmux session runs gives one clear error."""
@@ -20,8 +20,9 @@ pytestmark = pytest.mark.docker
 EXAMPLES = ROOT / "examples" / "dataset" / "tasks"
 HELLO = "printf 'Hello, world!\\n' > hello.txt"
 FIX_SUM = "sed -i 's/range(1, len(numbers))/range(len(numbers))/' sum_utils.py"
+NOT_UPLOADED = "test -e /opt/harbor-openenv/tmux || echo not-uploaded"
 SCRIPTS = {
-    "fix-hello": ["ls /sys/class/net; id -un", HELLO, SUBMIT],
+    "fix-hello": [f"ls /sys/class/net; id -un; {NOT_UPLOADED}", HELLO, SUBMIT],
     "miss-hello": ["echo 'Goodbye' > hello.txt", SUBMIT],
     "fix-sum": ["cat sum_utils.py", FIX_SUM, SUBMIT],
     "miss-sum": ["cat sum_utils.py", SUBMIT],
@@ -104,10 +105,11 @@ def test_token_ids_are_the_models_turn_by_turn_in_a_no_network_container(server,
     for parent, child in pairwise(turns):
         head = parent["prompt_token_ids"] + parent["completion_token_ids"]
         assert child["prompt_token_ids"][: len(head)] == head
-    # what the pane showed after the first command: loopback only, as the agent's user
+    # what the pane showed after the first command: loopback only, as the agent's user, tmux
+    # from the helper's volume (nothing uploaded)
     shown = sent[1]["messages"][-1]["content"]
-    after = shown.split("ls /sys/class/net; id -un", 1)[1].split()
-    assert after[:2] == ["lo", "root"], shown
+    after = shown.split(NOT_UPLOADED, 1)[1].split()
+    assert after[:3] == ["lo", "root", "not-uploaded"], shown
 
 
 def test_an_image_without_what_tmux_runs_is_one_clear_error(server, model):

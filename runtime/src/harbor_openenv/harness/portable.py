@@ -43,6 +43,21 @@ def fill_tmux(dest: Path) -> int:
     return fill_program(dest, "tmux", "usr/bin/tmux", TMUX_PACKAGES)
 
 
+def fill_tmux_cache(root: Path) -> dict[str, int]:
+    """The harness cache's ``root/tmux``: a portable tmux for this machine's platform and the
+    cache's manifest (``harness.json``), so the server puts it into the helper's volume with the
+    harnesses. Returns its size in bytes by platform."""
+    machine = platform.machine()
+    where = PLATFORMS.get(machine)
+    if where is None:
+        raise HarnessError(f"no portable tmux for the architecture {machine!r}")
+    size = fill_tmux(root / "tmux" / where)
+    made = json.loads((root / "tmux" / where / MANIFEST).read_text())
+    manifest = {"name": "tmux", "version": made["packages"]["tmux"], "packages": made["packages"]}
+    (root / "tmux" / "harness.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return {where: size}
+
+
 def fill_program(dest: Path, program: str, path: str, packages: tuple[str, ...]) -> int:
     """Make ``dest`` the portable folder of ``path`` (in the first of ``packages``, which with the
     rest hold its library closure and the C library); returns its size in bytes."""

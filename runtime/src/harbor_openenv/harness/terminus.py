@@ -5,10 +5,11 @@ through :class:`SandboxEnvironment`, the part of Harbor's ``BaseEnvironment`` th
 (``exec``), over the episode's sandbox. Needs Python >= 3.12 and the ``harbor`` extra.
 
 Only the install step is replaced: Harbor's TmuxSession installs tmux with the image's package
-manager (the network); here tmux is a portable build (:mod:`.portable`) that the server uploads
-read-only into the container, the same for every image. Its absolute path is the completion
-signal the pane runs (a login shell resets ``PATH``), and ``PATH`` for the commands Terminus2 runs
-through ``exec``. No terminal recording (asciinema is not there either).
+manager (the network); here tmux is a portable build (:mod:`.portable`), the same for every
+image, from the harness cache (``harbor-openenv harnesses fill CACHE tmux``): mounted read-only
+from the helper's volume, or uploaded read-only where there is no such volume. Its absolute path
+is in the completion signal the pane runs (a login shell resets ``PATH``), and on ``PATH`` for
+the commands Terminus2 runs through ``exec``. No terminal recording (asciinema is not there either).
 
 Every command runs as the agent's user: a ``user="root"`` asked by Harbor's code (its install
 probes) is not granted. The model key is the rollout's capture session id; nothing of the
@@ -33,6 +34,7 @@ from harbor_openenv.sandbox.base import Sandbox
 from harbor_openenv.sandbox.errors import SandboxError
 
 from .base import HarnessError, HarnessResult, HarnessRun
+from .cache import MOUNTED
 from .portable import PLATFORMS
 
 HOME = "/opt/harbor-openenv/tmux"  # in the container: bin/tmux, lib/, libexec/tmux (root's, 0755)
@@ -140,9 +142,10 @@ class Terminus:
         return HarnessResult("completed", None, _log(agent))
 
     def install(self, sandbox: Sandbox) -> str:
-        """tmux's folder in the container, :data:`HOME`: the portable build for its architecture,
-        uploaded (root's, read-only to the agent), after checking that the image has what
-        Harbor's TmuxSession runs besides tmux."""
+        """tmux's folder in the container, after checking that the image has what Harbor's
+        TmuxSession runs besides tmux: the harness cache's, where the helper's volume holds it
+        (read-only, nothing uploaded), else :data:`HOME`, where the portable build for the
+        container's architecture is uploaded (root's, read-only to the agent)."""
         needs = " ".join(NEEDS)
         probe = sandbox.exec_root(
             f"uname -m; for p in {needs}; do command -v $p >/dev/null || echo missing $p; done"
@@ -151,6 +154,9 @@ class Terminus:
         if missing:
             lacks = ", ".join(line.split()[-1] for line in missing)
             raise HarnessError(f"terminus-2 needs {needs} in the image; it has no {lacks}")
+        mounted = f"{MOUNTED}/tmux/{PLATFORMS.get(machine, machine)}"
+        if sandbox.exec_root(f"test -x {mounted}/bin/tmux").exit_code == 0:
+            return mounted
         with open(self._archive(machine), "rb") as archive:
             sandbox.import_archive(HOME, archive)
         return HOME
