@@ -1,9 +1,10 @@
 """The terminus-2 harness (harness/terminus.py) through a real server run from the Python 3.12
-venv (the runtime with its harbor extra): Harbor's own Terminus2 drives a tmux session, from the
-harness cache's portable tmux (in the helper's volume, read-only), in the bundled examples' containers made no-network, with the
-scripted vLLM-like model (tests/support/_scripted_model.py) answering in terminus-2's JSON. A fix
-scores 1.0 and a non-fix 0.0; the answer's token ids are the model's own turn by turn, linked by
-prefix; an image without what Harbor's tmux session runs gives one clear error."""
+venv (the runtime with its harbor extra): Harbor's own Terminus2 drives a tmux session, the
+harness cache's portable tmux (in the helper's volume, read-only), in the bundled examples'
+containers made no-network, with the scripted vLLM-like model (tests/support/_scripted_model.py)
+answering in terminus-2's JSON. A fix scores 1.0 and a non-fix 0.0; the answer's token ids are
+the model's own turn by turn, linked by prefix; an image without what Harbor's tmux session runs
+gives one clear error."""
 
 from __future__ import annotations
 
