@@ -24,13 +24,13 @@ import docker
 
 from harbor_openenv.harness.codex import Codex
 from harbor_openenv.sandbox import remove_containers
-from harbor_openenv.sandbox.backend import DockerBackend
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 SPEC = ContainerSpec("debian:bookworm-slim", workdir="/work", network="none")
 
 
-def one(backend: DockerBackend, package: Path) -> tuple[float, float]:
+def one(backend: DockerStarter, package: Path) -> tuple[float, float]:
     """One episode: the install's seconds, and ``codex --version``'s (it ran from there)."""
     sandbox = backend.start(SPEC, task_id="bench-codex")
     try:
@@ -54,9 +54,9 @@ def main() -> None:
     assert args.package, "give --package (or set HARBOR_OPENENV_CODEX_PACKAGE)"
     client = docker.from_env(timeout=600)
     owner = f"bench-codex-{uuid.uuid4().hex[:8]}"
-    uploads = DockerBackend(lambda: client, owner=owner)
+    uploads = DockerStarter(lambda: client, owner=owner)
     codex = Codex(args.package)
-    mounted = DockerBackend(lambda: client, owner=owner, extras=codex.volume_archive)
+    mounted = DockerStarter(lambda: client, owner=owner, extras=codex.volume_archive)
     try:
         started = time.monotonic()
         mounted.helper_volume(SPEC.image)

@@ -21,8 +21,8 @@ import docker
 from harbor_openenv.client.launch import Server
 from harbor_openenv.episode import tamper
 from harbor_openenv.sandbox import Sandbox, remove_containers
-from harbor_openenv.sandbox.backend import DockerBackend
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "hello-world"
@@ -61,7 +61,7 @@ def report_ms(files: int) -> dict[str, dict[str, float]]:
     (the round trip the keeper's figure includes)."""
     client = docker.from_env()
     owner = f"bench-grading-{time.monotonic_ns()}"
-    backend = DockerBackend(lambda: client, owner=owner)
+    backend = DockerStarter(lambda: client, owner=owner)
     ways: dict[str, Callable[[Sandbox], object]] = {
         "round trip": lambda box: box._ask(["nothing"]),
         "keeper": lambda box: tamper.classify(tamper.changes(box) or [], "/app"),

@@ -15,8 +15,8 @@ import threading
 import docker
 
 from harbor_openenv.sandbox import remove_containers
-from harbor_openenv.sandbox.backend import DockerBackend
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 PORT = 4180  # the relayed port inside
 # Inside: CONNECTIONS connections at once, each sends MB megabytes and reads them back; prints
@@ -82,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     client = docker.from_env()
     owner = f"bench-relay-{os.getpid()}"
-    backend = DockerBackend(lambda: client, owner=owner)
+    backend = DockerStarter(lambda: client, owner=owner)
     port = echo_server()
     try:
         host = backend.start(ContainerSpec("python:3.12-slim", network="host"), task_id="bench")

@@ -35,6 +35,8 @@ def _default(value: Any) -> str:
         return "`1` (on)" if value else "`0` (off)"
     if isinstance(value, float) and value.is_integer():
         value = int(value)
+    if isinstance(value, tuple):
+        return f"`{','.join(value)}`" if value else "unset"
     if isinstance(value, Path):
         value = str(value)
     return f"`{value}`"

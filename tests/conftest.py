@@ -102,11 +102,11 @@ def bare_sandbox(docker_client, request):
     debian:bookworm-slim, working directory /work, no network. Its agent actions (exec and the
     file actions) go through the exec channel, as a server's do, unless ``--exec-channel=0``."""
     from harbor_openenv.sandbox import remove_containers
-    from harbor_openenv.sandbox.backend import DockerBackend
     from harbor_openenv.sandbox.spec import ContainerSpec
+    from harbor_openenv.sandbox.starter import DockerStarter
 
     owner = f"test-{request.module.__name__}-{os.getpid()}"
-    backend = DockerBackend(lambda: docker_client, owner=owner)
+    backend = DockerStarter(lambda: docker_client, owner=owner)
     spec = ContainerSpec("debian:bookworm-slim", workdir="/work", network="none")
     sandbox = backend.start(spec, task_id=request.module.__name__)
     if exec_channel_on():

@@ -19,8 +19,8 @@ from _server import FIXTURE_TASKS, Server
 from harbor_openenv.harness.base import Budget, HarnessRun, ModelEndpoint
 from harbor_openenv.harness.codex import Codex
 from harbor_openenv.sandbox import remove_containers
-from harbor_openenv.sandbox.backend import DockerBackend
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 pytestmark = pytest.mark.docker
 
@@ -41,7 +41,7 @@ def box(docker_client):
     image, _ = docker_client.images.build(
         path=str(TASK / "environment"), network_mode="none", labels={"test-owner": owner}, rm=True
     )
-    backend = DockerBackend(lambda: docker_client, owner=owner)
+    backend = DockerStarter(lambda: docker_client, owner=owner)
     sandbox = backend.start(ContainerSpec(image.id, network="none"), task_id="codex")
     assert sandbox.workdir == "/work"  # the image's WORKDIR
     assert sandbox.exec_root("chown nobody /work").exit_code == 0

@@ -14,8 +14,8 @@ import pytest
 from _server import wait_until
 
 from harbor_openenv.sandbox import SandboxError, remove_containers
-from harbor_openenv.sandbox.backend import DockerBackend
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 pytestmark = pytest.mark.docker
 
@@ -65,7 +65,7 @@ except OSError as exc:
 def box(docker_client):
     """A task container as a no-network task gets one (python:3.12-slim, network none)."""
     owner = f"test-relay-{os.getpid()}"
-    backend = DockerBackend(lambda: docker_client, owner=owner)
+    backend = DockerStarter(lambda: docker_client, owner=owner)
     sandbox = backend.start(
         ContainerSpec("python:3.12-slim", workdir="/work", network="none"), task_id="relay"
     )
@@ -213,7 +213,7 @@ def test_a_port_taken_inside_is_an_error(box, echo):
 
 def test_the_containers_death_ends_the_relay(docker_client, echo):
     owner = f"test-relay-death-{os.getpid()}"
-    backend = DockerBackend(lambda: docker_client, owner=owner)
+    backend = DockerStarter(lambda: docker_client, owner=owner)
     doomed = backend.start(ContainerSpec("python:3.12-slim", network="none"), task_id="relay")
     try:
         holder = (

@@ -54,11 +54,11 @@ def test_the_keeper_ends_on_the_engines_stop(docker_client):
     """SIGTERM from the engine (outside the container's PID namespace) ends the keeper at once,
     where ``docker stop`` waited out its grace period for a PID 1 that ignores it."""
     from harbor_openenv.sandbox import remove_containers
-    from harbor_openenv.sandbox.backend import DockerBackend
     from harbor_openenv.sandbox.spec import ContainerSpec
+    from harbor_openenv.sandbox.starter import DockerStarter
 
     owner = f"test-keeper-{time.monotonic_ns()}"
-    backend = DockerBackend(lambda: docker_client, owner=owner)
+    backend = DockerStarter(lambda: docker_client, owner=owner)
     box = backend.start(ContainerSpec("debian:bookworm-slim", network="none"), task_id="keeper")
     try:
         started = time.monotonic()

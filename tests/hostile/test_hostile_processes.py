@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harbor_openenv.sandbox import remove_containers
-from harbor_openenv.sandbox.backend import DockerBackend
 from harbor_openenv.sandbox.spec import ContainerSpec
+from harbor_openenv.sandbox.starter import DockerStarter
 
 pytestmark = pytest.mark.docker
 
@@ -78,7 +78,7 @@ def attack(tmp_path_factory) -> bytes:
 def boxes(docker_client, tmp_path_factory, attack):
     """Three running sandboxes: debian (root default), the USER image, the root-service image."""
     owner = f"test-hostile-processes-{time.monotonic_ns()}"
-    backend = DockerBackend(lambda: docker_client, owner=owner)
+    backend = DockerStarter(lambda: docker_client, owner=owner)
     images = {
         "debian": "debian:bookworm-slim",
         "user": build_image(

@@ -66,11 +66,11 @@ def box(docker_client):
     """A container of python:3.12-slim (Debian's python3.11) whose /opt/shared (world-writable)
     and the workdir were written before the baseline."""
     from harbor_openenv.sandbox import remove_containers
-    from harbor_openenv.sandbox.backend import DockerBackend
     from harbor_openenv.sandbox.spec import ContainerSpec
+    from harbor_openenv.sandbox.starter import DockerStarter
 
     owner = f"test-tamper-keeper-{time.monotonic_ns()}"
-    backend = DockerBackend(lambda: docker_client, owner=owner)
+    backend = DockerStarter(lambda: docker_client, owner=owner)
     sandbox = backend.start(ContainerSpec("python:3.12-slim", network="none"), task_id="keeper")
     try:
         made = sandbox.exec_root(

@@ -20,7 +20,7 @@ GIVEN = {
     "max_sessions": ("3", 3),
     "session_timeout_s": ("12.5", 12.5),
     "reset_within_s": ("30", 30.0),
-    "pristine_verifier": ("grade*,other", "grade*,other"),
+    "pristine_verifier": ("grade*, other,", ("grade*", "other")),
     "drain_s": ("0", 0.0),
     "exec_timeout_s": ("7", 7.0),
     "max_output_bytes": ("100", 100),
@@ -44,12 +44,12 @@ GIVEN = {
     "docker_tls_ca": ("CA PEM", "CA PEM"),
     "docker_tls_cert": ("CERT PEM", "CERT PEM"),
     "docker_tls_key": ("KEY PEM", "KEY PEM"),
-    "docker_hosts": ("tcp://a:2376,ssh://b", "tcp://a:2376,ssh://b"),
+    "docker_hosts": ("tcp://a:2376,ssh://b", ("tcp://a:2376", "ssh://b")),
     "engine_probe_s": ("2.5", 2.5),
     "pool_size": ("2", 2),
     "fork_ttl_s": ("90", 90.0),
     "backend": (" harbor:docker ", "harbor:docker"),
-    "harbor_env_kwargs": ('{"keep_containers": false}', '{"keep_containers": false}'),
+    "harbor_env_kwargs": ('{"keep_containers": false}', {"keep_containers": False}),
     "log_format": ("JSON", "json"),
     "log_level": ("warning", "WARNING"),
     "record_dir": ("/srv/rollouts", Path("/srv/rollouts")),
@@ -60,11 +60,16 @@ GIVEN = {
 }
 
 
+# Settings that go only with others (the rest are given together, one of each pair left out).
+APART = {"backend", "docker_hosts"}
+
+
 def test_every_field_parses_from_its_variable():
     assert set(GIVEN) == {f.name for f in dataclasses.fields(Settings)}
-    environ = {Settings.variable(name): raw for name, (raw, _) in GIVEN.items()}
-    settings = Settings.from_env(environ)
-    for name, (_, expected) in GIVEN.items():
+    environ = {Settings.variable(n): raw for n, (raw, _) in GIVEN.items() if n not in APART}
+    together = Settings.from_env(environ)
+    for name, (raw, expected) in GIVEN.items():
+        settings = Settings.from_env({Settings.variable(name): raw}) if name in APART else together
         value = getattr(settings, name)
         assert value == expected and type(value) is type(expected), name
         assert expected != getattr(Settings(), name), f"{name}: give a value other than its default"
@@ -131,6 +136,32 @@ def test_the_backend_is_docker_or_a_harbor_type(raw):
 def test_harbor_env_kwargs_are_a_json_object(raw):
     with pytest.raises(ValueError, match="HARBOR_OPENENV_HARBOR_ENV_KWARGS must be a JSON object"):
         Settings.from_env({"HARBOR_OPENENV_HARBOR_ENV_KWARGS": raw})
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"backend": "harbor:docker", "pool_size": 1}, "POOL_SIZE=1: Harbor's backends"),
+        ({"docker_hosts": ("tcp://a",), "backend": "harbor:docker"}, "names Docker engines"),
+        ({"docker_hosts": ("tcp://a",), "pool_size": 1}, "the warm pool keeps one engine's"),
+        ({"docker_tls_ca": "CA PEM"}, "_CA, _CERT and _KEY go together: one is unset"),
+    ],
+)
+def test_settings_that_do_not_go_together_are_refused_whichever_way_made(given, said):
+    environ = {
+        Settings.variable(name): ",".join(raw) if isinstance(raw, tuple) else str(raw)
+        for name, raw in given.items()
+    }
+    with pytest.raises(ValueError, match=said):
+        Settings.from_env(environ)
+    with pytest.raises(ValueError, match=said):  # made in code, as the CLI and tests make them
+        Settings(**given)
+
+
+def test_pristine_patterns_name_tasks():
+    settings = Settings.from_env({"HARBOR_OPENENV_PRISTINE_VERIFIER": "grade*, x"})
+    assert [settings.pristine(t) for t in ("grade-1", "x", "y")] == [True, True, False]
+    assert not Settings().pristine("grade-1")
 
 
 def test_whole_numbers_refuse_fractions():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from harbor_openenv.episode.disk import DiskGuard
+from harbor_openenv.serving.disk import DiskGuard
 
 
 class Counted:

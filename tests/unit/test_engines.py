@@ -1,4 +1,4 @@
-"""Several engines without Docker (sandbox/engines.py): where episodes go (least busy first, ties
+"""Several engines without Docker (backends/fleet.py): where episodes go (least busy first, ties
 in the listed order, only engines that are up), an engine that fails taken out and brought back
 by the prober, and a server's episodes on fake engines: the one whose engine dies ends with an
 error naming it (no reward), new resets go to the others, none up fails the reset in one line.
@@ -11,25 +11,30 @@ from typing import Any
 
 import pytest
 from _fake_sandbox import FakeSandbox
+from _memory_backend import MemoryBackend
 
-from harbor_openenv.config import Settings
-from harbor_openenv.episode.runtime import OnEngine, Runtime
-from harbor_openenv.sandbox import ExecResult, SandboxError
-from harbor_openenv.sandbox.compose import ComposeSandbox
-from harbor_openenv.sandbox.engines import (
+from harbor_openenv.backends.fleet import (
     Engine,
     EngineSet,
     display_name,
     engine_environ,
-    parse_hosts,
     short_reason,
 )
+from harbor_openenv.backends.several import OnEngine, SeveralEngines
+from harbor_openenv.config import Settings
+from harbor_openenv.episode.runtime import Runtime
+from harbor_openenv.images.pins import Pins
+from harbor_openenv.sandbox import ExecResult, SandboxError
+from harbor_openenv.sandbox.compose import ComposeSandbox
 from harbor_openenv.sandbox.spec import ComposeSpec, ContainerSpec
 from harbor_openenv.server.environment import HarborEnvironment
+from harbor_openenv.tasks.dataset import Dataset
+from harbor_openenv.tasks.task import Task
 
-from .test_episode import FIXTURES, TOKEN, FakeBackend, FakeRuntime, _Images, act
+from .test_episode import FIXTURES, TOKEN, act
 
 URLS = ["tcp://a:2376", "tcp://b:2376", "ssh://c"]
+VARIABLE = "HARBOR_OPENENV_DOCKER_HOSTS"
 
 
 class Fleet:
@@ -157,14 +162,15 @@ def test_run_moves_on_when_the_engine_fails_but_not_when_the_work_does():
 
 
 def test_urls_are_checked_and_each_engine_gets_its_own_docker_settings():
-    assert parse_hosts(" unix:///a.sock, tcp://b:2376 ,") == ["unix:///a.sock", "tcp://b:2376"]
+    hosts = Settings.from_env({VARIABLE: " unix:///a.sock, tcp://b:2376 ,"}).docker_hosts
+    assert hosts == ("unix:///a.sock", "tcp://b:2376")
     for bad, said in (
-        ("", "names no engine"),
+        (",", "names nothing"),
         ("http://x", "not a unix://"),
         ("ssh://a,ssh://a", "more than once"),
     ):
-        with pytest.raises(ValueError, match=said):
-            parse_hosts(bad)
+        with pytest.raises(ValueError, match=f"{VARIABLE}='.*' .*{said}"):
+            Settings.from_env({VARIABLE: bad})
     tls = {"DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": "/certs", "DOCKER_HOST": "unix:///x"}
     assert engine_environ("tcp://b:2376", tls) == {
         "DOCKER_HOST": "tcp://b:2376",
@@ -200,14 +206,14 @@ def test_a_compose_task_on_an_ssh_engine_without_the_ssh_client_is_refused(monke
 @pytest.mark.parametrize(
     ("settings", "said"),
     [
-        ({"docker_hosts": "tcp://a:2376", "pool_size": 1}, "the warm pool keeps one engine's"),
-        ({"docker_hosts": "http://a"}, "is not a unix://, tcp:// or ssh:// engine URL"),
-        ({"docker_hosts": "tcp://a", "backend": "harbor:docker"}, "names Docker engines"),
+        ({VARIABLE: "tcp://a:2376", "HARBOR_OPENENV_POOL_SIZE": "1"}, "the warm pool keeps one"),
+        ({VARIABLE: "http://a"}, "is not a unix://, tcp:// or ssh:// engine URL"),
+        ({VARIABLE: "tcp://a", "HARBOR_OPENENV_BACKEND": "harbor:docker"}, "names Docker engines"),
     ],
 )
 def test_a_server_refuses_engines_it_cannot_use_at_start_up(settings, said):
     with pytest.raises(ValueError, match=said):
-        Runtime(FIXTURES / "tasks", Settings(**settings))
+        Runtime(FIXTURES / "tasks", Settings.from_env(settings))
 
 
 class _Dying(FakeSandbox):
@@ -223,7 +229,12 @@ class _Dying(FakeSandbox):
         return super().exec(command, **options)
 
 
-class _EngineBackend(FakeBackend):
+class _Images:
+    def resolve(self, task: Task) -> str:
+        return f"fake/{task.id}"
+
+
+class _EngineBackend(MemoryBackend):
     def __init__(self, fleet: Fleet, url: str) -> None:
         super().__init__()
         self.fleet, self.url = fleet, url
@@ -237,14 +248,15 @@ class _EngineBackend(FakeBackend):
 @pytest.fixture
 def fleet_runtime(tmp_path: Path) -> Any:
     fleet = Fleet(URLS[:2])
-    runtime = FakeRuntime(FIXTURES / "tasks")
     backends: dict[str, _EngineBackend] = {}
 
     def make(engine: Engine[OnEngine]) -> OnEngine:
         backends[engine.url] = _EngineBackend(fleet, engine.url)
         return OnEngine(_Images(), backends[engine.url])  # type: ignore[arg-type]
 
-    runtime.engines = _set(fleet, URLS[:2], make)
+    pins = Pins(Dataset(FIXTURES / "tasks"))
+    several = SeveralEngines(_set(fleet, URLS[:2], make), pins, owner="unit-test")
+    runtime = Runtime(FIXTURES / "tasks", Settings(orchestration_token=TOKEN), backend=several)
     yield runtime, fleet, backends
     runtime.shutdown()
 
@@ -268,7 +280,7 @@ def test_a_servers_episodes_spread_and_the_one_on_a_dead_engine_ends_naming_it(f
     assert [(s.up, s.episodes) for s in runtime.snapshot().engines] == [(False, 0), (True, 1)]
     assert runtime.not_ready() is None
     fleet.alive.clear()
-    runtime.engines.probe()
+    runtime.backend.engines.probe()
     refused = HarborEnvironment(runtime).reset(task_id="edit-file")
     assert refused.done and refused.error.startswith("no Docker engine is up")
     assert runtime.not_ready().startswith("no Docker engine is up")

@@ -11,54 +11,30 @@ from typing import Any, cast
 
 import pytest
 from _fake_sandbox import FakeSandbox
+from _memory_backend import MemoryBackend
 
 from harbor_openenv.config import Settings
 from harbor_openenv.episode.episode import Episode
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.models import HarborAction
-from harbor_openenv.sandbox import Sandbox
-from harbor_openenv.sandbox.spec import ContainerSpec
 from harbor_openenv.server.environment import HarborEnvironment
-from harbor_openenv.tasks.task import Task
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 TOKEN = "unit-token"
 
 
-class _Images:
-    def resolve(self, task: Task) -> str:
-        return f"fake/{task.id}"
-
-
-class FakeBackend:
-    """The in-memory backend: every environment a :class:`FakeSandbox`, as a real backend's
-    would be started (the real pool counts them)."""
-
-    def __init__(self) -> None:
-        self.sandboxes: list[FakeSandbox] = []
-        self.specs: list[ContainerSpec] = []
-
-    def start(self, spec: ContainerSpec, **_: Any) -> Sandbox:
-        sandbox = FakeSandbox(spec.workdir or "/work")
-        self.sandboxes.append(sandbox)
-        self.specs.append(spec)
-        return cast(Sandbox, sandbox)
-
-
 class FakeRuntime(Runtime):
-    """A Runtime on the in-memory backend, whose images need no engine."""
+    """A Runtime on the in-memory backend (tests/support/_memory_backend.py)."""
 
-    def __init__(self, tasks_root: Path, **settings: Any) -> None:
-        self.fake = FakeBackend()
+    def __init__(
+        self, tasks_root: Path, *, backend: MemoryBackend | None = None, **settings: Any
+    ) -> None:
+        self.fake = backend or MemoryBackend()
         super().__init__(
             tasks_root, Settings(orchestration_token=TOKEN, **settings), backend=self.fake
         )
         self.sandboxes = self.fake.sandboxes
-
-    @property
-    def images(self) -> Any:
-        return _Images()
 
 
 @pytest.fixture

@@ -144,10 +144,7 @@ class ForkingRuntime(FakeRuntime):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(FIXTURES / "tasks", **settings)
-        self.removed_images: list[str] = []
-
-    def _remove_image(self, image: str) -> None:
-        self.removed_images.append(image)
+        self.removed_images = self.fake.removed_images
 
 
 @pytest.fixture

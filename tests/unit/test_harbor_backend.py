@@ -11,6 +11,8 @@ import pytest
 from _fake_sandbox import FakeSandbox
 from _server import FIXTURE_TASKS
 
+from harbor_openenv.backends.harbor import HarborEnvironments
+from harbor_openenv.backends.request import EnvRequest
 from harbor_openenv.config import Settings
 from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.sandbox import Sandbox, SandboxError
@@ -49,20 +51,19 @@ def test_without_harbor_the_server_says_what_to_install() -> None:
 
 def test_harbor_backends_have_no_warm_pool() -> None:
     with pytest.raises(ValueError, match="HARBOR_OPENENV_POOL_SIZE=1: Harbor's backends"):
-        Runtime(FIXTURE_TASKS, Settings(backend="harbor:docker", pool_size=1), backend=Started())
+        Settings(backend="harbor:docker", pool_size=1)
 
 
 def test_harbor_builds_the_image_and_no_separate_verifier_runs(tmp_path: Path) -> None:
     """The task's image is Harbor's to build (the runtime builds nothing, asks no engine), a
     pids limit of 0 is none, and a separate verifier's environment is refused."""
-    backend = Started()
+    started = Started()
     settings = Settings(backend="harbor:docker", pids_limit=0, disk_mb=0)
+    backend = HarborEnvironments(started, settings)
     runtime = Runtime(FIXTURE_TASKS, settings, backend=backend)
     task = runtime.dataset["edit-file"]
-    assert runtime.task_image(task) == "edit-file"
-    runtime.launch(
-        task, "edit-file", task.config.environment, env={}, compose=False, network_mode="public"
-    )
-    assert backend.specs[0].pids_limit is None and backend.specs[0].storage_mb is None
+    assert backend.task_image(task) == "edit-file"
+    runtime.launch(EnvRequest.of_task(task, "edit-file", {}))
+    assert started.specs[0].pids_limit is None and started.specs[0].storage_mb is None
     with pytest.raises(SandboxError, match="separate verifier's environment is not supported"):
-        runtime.verifier_sandbox(task, None, {})
+        backend.verifier_image(task, None)

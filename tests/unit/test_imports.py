@@ -84,6 +84,8 @@ LAYERS = [
     {"config", "events"},  # the server's settings and log lines
     {"datasets", "images", "helper", "sandbox"},
     {"harness"},  # agent harnesses: act through a sandbox, grade nothing
+    {"backends"},  # where episodes run: one backend per mode, chosen at start-up
+    {"serving"},  # what a server keeps across episodes: the warm pool, disk guard, metrics
     {"episode"},
     {"server"},
     {"client"},

@@ -3,7 +3,9 @@
 Each field is read from the variable named ``HARBOR_OPENENV_`` + its name in capitals (``pool_size``
 from ``HARBOR_OPENENV_POOL_SIZE``) by :meth:`Settings.from_env`, the one place the runtime reads its
 settings from the environment; ``build_app``, ``Runtime`` and the CLI pass the object down. An
-unset or empty variable keeps the default. The docs' settings reference
+unset or empty variable keeps the default. Each value is parsed once, into its type (a list, a JSON
+object), and the rules across settings are checked when a :class:`Settings` is made, so a server
+refuses a combination at start-up. The docs' settings reference
 (docs/reference/settings.md) is generated from these fields when the site is built (docs/hooks.py).
 OpenEnv's own ``ENABLE_WEB_INTERFACE`` stays OpenEnv's (see ``_openenv``).
 """
@@ -11,6 +13,7 @@ OpenEnv's own ``ENABLE_WEB_INTERFACE`` stays OpenEnv's (see ``_openenv``).
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import logging
 import os
@@ -18,11 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from harbor_openenv.tasks.reward import reward_rule
 
 PREFIX = "HARBOR_OPENENV_"
 LOG_FORMATS = ("text", "json")
+ENGINE_SCHEMES = ("unix", "tcp", "ssh")
 
 
 def _about(doc: str, kind: type = str, *, zero: bool = False) -> dict[str, Any]:
@@ -133,12 +138,13 @@ class Settings:
             " metrics hold them (default: the 'reward' key, else the only key, else None)"
         ),
     )
-    pristine_verifier: str = field(
-        default="",
+    pristine_verifier: tuple[str, ...] = field(
+        default=(),
         metadata=_about(
             "task ids (comma-separated fnmatch patterns, * for all) whose verifier runs in a"
             " fresh container of the task's image with the agent's workdir copied in (a pristine"
             " toolchain); compose tasks keep the shared container",
+            tuple,
         ),
     )
     max_artifact_bytes: int = field(
@@ -168,11 +174,12 @@ class Settings:
         default=None,
         metadata=_about("its private key, PEM contents (a key.pem)"),
     )
-    docker_hosts: str | None = field(
-        default=None,
+    docker_hosts: tuple[str, ...] = field(
+        default=(),
         metadata=_about(
             "several engines, comma-separated URLs (unix://, tcp://, ssh://): episodes go to the"
-            " least busy one that is up (unset: the one DOCKER_HOST names)"
+            " least busy one that is up (unset: the one DOCKER_HOST names)",
+            tuple,
         ),
     )
     engine_probe_s: float = field(
@@ -190,11 +197,12 @@ class Settings:
             " environment TYPE, such as harbor:docker; the harbor extra, Python >= 3.12)"
         ),
     )
-    harbor_env_kwargs: str | None = field(
+    harbor_env_kwargs: Mapping[str, Any] | None = field(
         default=None,
         metadata=_about(
             "a JSON object of keyword arguments for Harbor's environment (with"
-            " HARBOR_OPENENV_BACKEND=harbor:TYPE)"
+            " HARBOR_OPENENV_BACKEND=harbor:TYPE)",
+            dict,
         ),
     )
     pool_size: int = field(
@@ -245,6 +253,18 @@ class Settings:
         default=None, metadata=_about("/metadata's version (default: from openenv.yaml)")
     )
 
+    def __post_init__(self) -> None:
+        _cross_checked(self)
+
+    @property
+    def harbor_type(self) -> str | None:
+        """The TYPE of ``HARBOR_OPENENV_BACKEND=harbor:TYPE`` (None: this server's engines)."""
+        return self.backend.removeprefix("harbor:") if self.backend != "docker" else None
+
+    def pristine(self, task_id: str) -> bool:
+        """Whether ``HARBOR_OPENENV_PRISTINE_VERIFIER`` names task ``task_id``."""
+        return any(fnmatch.fnmatchcase(task_id, pattern) for pattern in self.pristine_verifier)
+
     @staticmethod
     def variable(name: str) -> str:
         """The environment variable of field ``name``."""
@@ -272,6 +292,19 @@ class Settings:
 def _parse(variable: str, raw: str, kind: type, zero: bool) -> Any:
     if kind is str:
         return raw
+    if kind is tuple:  # a comma-separated list
+        parts = tuple(part.strip() for part in raw.split(",") if part.strip())
+        if not parts:
+            raise ValueError(f"{variable}={raw!r} names nothing")
+        return parts
+    if kind is dict:
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"{variable} must be a JSON object ({raw[:100]!r})")
+        return parsed
     if kind is Path:
         return Path(raw)
     if kind is bool:
@@ -290,7 +323,8 @@ def _parse(variable: str, raw: str, kind: type, zero: bool) -> Any:
 
 
 def _checked(values: dict[str, Any]) -> dict[str, Any]:
-    """Normalise and check the log settings (the only strings with a fixed set of values)."""
+    """Normalise and check each variable's own value: the log settings, the backend, the engine
+    list and the reward key."""
     if "log_format" in values:
         fmt = values["log_format"].strip().lower()
         if fmt not in LOG_FORMATS:
@@ -307,23 +341,8 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
                 " (DEBUG, INFO, WARNING, ERROR, CRITICAL)"
             )
         values["log_level"] = level or "INFO"
-    backend = values.get("backend", "docker").strip()
-    if backend != "docker" and not (backend.startswith("harbor:") and backend[7:]):
-        raise ValueError(
-            f"{Settings.variable('backend')}={backend!r} must be docker or harbor:TYPE"
-        )
     if "backend" in values:
-        values["backend"] = backend
-    if "harbor_env_kwargs" in values:
-        raw = values["harbor_env_kwargs"]
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            raise ValueError(
-                f"{Settings.variable('harbor_env_kwargs')} must be a JSON object ({raw[:100]!r})"
-            )
+        values["backend"] = values["backend"].strip()
     if "reward_key" in values:
         try:
             reward_rule(values["reward_key"])
@@ -331,3 +350,45 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{Settings.variable('reward_key')}={exc}") from None
         values["reward_key"] = values["reward_key"].strip()
     return values
+
+
+def _check_hosts(urls: tuple[str, ...]) -> None:
+    """ValueError for a list of engine URLs that names a bad one or one twice."""
+    for url in urls:
+        if urlsplit(url).scheme not in ENGINE_SCHEMES:
+            raise ValueError(f"{url!r} is not a unix://, tcp:// or ssh:// engine URL")
+    repeated = sorted({url for url in urls if urls.count(url) > 1})
+    if repeated:
+        raise ValueError(f"names {', '.join(repeated)} more than once")
+
+
+def _cross_checked(settings: Settings) -> None:
+    """The rules across settings: ValueError naming the variables that do not go together."""
+    backend, pool, hosts = (Settings.variable(n) for n in ("backend", "pool_size", "docker_hosts"))
+    if settings.backend != "docker" and not (
+        settings.backend.startswith("harbor:") and settings.backend[7:]
+    ):
+        raise ValueError(f"{backend}={settings.backend!r} must be docker or harbor:TYPE")
+    if settings.docker_hosts:
+        try:
+            _check_hosts(settings.docker_hosts)
+        except ValueError as exc:
+            raise ValueError(f"{hosts}={','.join(settings.docker_hosts)!r} {exc}") from None
+    if settings.harbor_type and settings.pool_size:
+        raise ValueError(
+            f"{pool}={settings.pool_size}: Harbor's backends ({backend}={settings.backend})"
+            " have no warm pool"
+        )
+    if settings.docker_hosts and settings.harbor_type:
+        raise ValueError(
+            f"{hosts} names Docker engines, which {backend}={settings.backend} does not use:"
+            " unset one of them"
+        )
+    if settings.docker_hosts and settings.pool_size:
+        raise ValueError(
+            f"{pool}={settings.pool_size}: the warm pool keeps one engine's containers; with"
+            f" several ({hosts}) set it to 0"
+        )
+    tls = (settings.docker_tls_ca, settings.docker_tls_cert, settings.docker_tls_key)
+    if any(tls) and not all(tls):
+        raise ValueError("HARBOR_OPENENV_DOCKER_TLS_CA, _CERT and _KEY go together: one is unset")

@@ -147,7 +147,7 @@ def check_in_docker(
     except LockError as exc:
         raise CheckError(str(exc)) from None
     try:
-        runtime.docker.ping()
+        runtime.backend.ping()
     except Exception as exc:
         raise CheckError(f"cannot reach the Docker engine: {exc}") from None
     checker = _Checker(runtime, token)

@@ -9,7 +9,6 @@ end, hands its sandbox back to the runtime.
 from __future__ import annotations
 
 import copy
-import fnmatch
 import functools
 import logging
 from collections.abc import Callable
@@ -17,16 +16,18 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from harbor_openenv.backends.base import On
+from harbor_openenv.backends.fleet import Lease
+from harbor_openenv.backends.request import EnvRequest, disk_limit
 from harbor_openenv.episode import tamper
 from harbor_openenv.episode.fork import ForkPoint, merge_changes
 from harbor_openenv.episode.pristine import Spare
 from harbor_openenv.episode.record import EpisodeRecord
-from harbor_openenv.episode.runtime import OnEngine, Runtime
+from harbor_openenv.episode.runtime import Runtime
 from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verdict, Verifier, ready_pristine
 from harbor_openenv.helper import contract
 from harbor_openenv.models import HarborObservation
 from harbor_openenv.sandbox import Sandbox, SandboxError
-from harbor_openenv.sandbox.engines import Engine, Lease
 from harbor_openenv.sandbox.owner import LABEL, LABEL_FORK, LABEL_OWNER
 from harbor_openenv.tasks.config import StepConfig, verifier_mode
 from harbor_openenv.tasks.env_vars import Envs, resolve_envs
@@ -40,19 +41,9 @@ log = logging.getLogger("harbor_openenv")
 def _branch_start(runtime: Runtime, point: ForkPoint) -> Callable[[], Sandbox]:
     """What starts a branch's container: the committed image, as the task's would start,
     counted against the session limit, never pooled."""
-    table = point.task.config.environment
-    return functools.partial(
-        runtime.launch,
-        point.task,
-        point.image,
-        table,
-        env=resolve_envs(point.task).environment,
-        compose=False,
-        network_mode=table.network_mode,
-        pooled=True,
-        warm=False,
-        on=point.engine,
-    )
+    env = resolve_envs(point.task).environment
+    request = EnvRequest.of_task(point.task, point.image, env, on=point.engine, alone=True)
+    return functools.partial(runtime.launch, request, pooled=True, warm=False)
 
 
 def _started(runtime: Runtime, ready: Future[Sandbox] | None) -> Sandbox | None:
@@ -111,7 +102,7 @@ class Episode:
         sandbox: Sandbox,
         envs: Envs,
         image: str,
-        lease: Lease[OnEngine] | None = None,
+        lease: Lease[Any] | None = None,
     ):
         self.runtime, self.task, self.sandbox, self.envs, self.image = (
             runtime,
@@ -136,23 +127,13 @@ class Episode:
         """Start ``task``'s environment (from the warm pool when it can), run its healthcheck and
         prepare the first step; whatever fails ends the episode before it is returned."""
         envs = resolve_envs(task)
-        table = task.config.environment
 
-        def start(on: Engine[OnEngine] | None) -> tuple[str, Sandbox]:
-            image = runtime.task_image(task, on)
-            sandbox = runtime.launch(
-                task,
-                image,
-                table,
-                env=envs.environment,
-                compose=task.compose_file is not None,
-                network_mode=table.network_mode,
-                pooled=True,
-                on=on,
-            )
-            return image, sandbox
+        def start(on: On) -> tuple[str, Sandbox]:
+            image = runtime.backend.task_image(task, on)
+            request = EnvRequest.of_task(task, image, envs.environment, on=on)
+            return image, runtime.launch(request, pooled=True)
 
-        lease, (image, sandbox) = runtime.placed(start)
+        lease, (image, sandbox) = runtime.backend.place(start)
         episode = cls(runtime, task, sandbox, envs, image, lease)
         try:
             episode._ready()
@@ -173,7 +154,7 @@ class Episode:
         setup does not (its files were). ``point`` is released when the branch's container is
         gone; ``ident`` is given back if no container can start."""
         try:
-            lease = runtime.lease(point.engine)  # of several engines, the fork's
+            lease = runtime.backend.lease(point.engine)  # of several engines, the fork's
         except BaseException:
             runtime.forks.give_back(ident, point)
             if ready is not None:
@@ -228,7 +209,7 @@ class Episode:
 
     def _ready(self, *, prepare: bool = True) -> None:
         config, sandbox = self.task.config, self.sandbox
-        limit = self.runtime.disk_limit(config.environment)
+        limit = disk_limit(config.environment, self.runtime.settings)
         if limit:
             self.runtime.disk.watch(sandbox, limit)
         where = f"{self.task.id}/task.toml: [environment.healthcheck]"
@@ -341,7 +322,7 @@ class Episode:
             env = self.envs.verifier_container.get(key, {})
             verdict = verifier.verify_separately(
                 self.sandbox,
-                functools.partial(self.runtime.verifier_sandbox, task, step, env, self.on),
+                functools.partial(self._verifier_sandbox, step, env),
                 last=step is None or self.step_index + 1 == len(task.config.steps or []),
                 max_artifact_bytes=settings.max_artifact_bytes,
                 alongside=report,
@@ -391,10 +372,9 @@ class Episode:
         if (steps and index >= len(steps)) or (not steps and index > 0):
             return False
         step = steps[index] if steps else None
-        patterns = [p.strip() for p in self.runtime.settings.pristine_verifier.split(",")]
         if self.task.compose_file is not None or verifier_mode(self.task.config, step) != "shared":
             return False
-        return any(p and fnmatch.fnmatchcase(self.task.id, p) for p in patterns)
+        return self.runtime.settings.pristine(self.task.id)
 
     def _spare(self) -> Spare:
         """The pristine verifier's spare, made once per episode; its first environment is
@@ -424,16 +404,16 @@ class Episode:
 
     def _pristine_sandbox(self) -> Sandbox:
         """A fresh environment of the episode's own image and container spec."""
-        table = self.task.config.environment
-        return self.runtime.launch(
-            self.task,
-            self.image,
-            table,
-            env=self.envs.environment,
-            compose=False,
-            network_mode=table.network_mode,
-            on=self.on,
+        request = EnvRequest.of_task(
+            self.task, self.image, self.envs.environment, on=self.on, alone=True
         )
+        return self.runtime.launch(request)
+
+    def _verifier_sandbox(self, step: StepConfig | None, env: dict[str, str]) -> Sandbox:
+        """A separate verifier's environment, on the image Harbor would choose, on this
+        episode's engine."""
+        image = self.runtime.backend.verifier_image(self.task, step, self.on)
+        return self.runtime.launch(EnvRequest.verifier(self.task, step, image, env, on=self.on))
 
     def _changes(self) -> list[tuple[str, int]] | None:
         """What the agent's environment changed since its baseline (the keeper's walk, else the
@@ -532,7 +512,7 @@ class Episode:
     # -- its engine ----------------------------------------------------------------------------
 
     @property
-    def on(self) -> Engine[OnEngine] | None:
+    def on(self) -> On:
         """Of several engines, the one this episode runs on (None: the server's one engine)."""
         return self.lease.engine if self.lease is not None else None
 

@@ -25,9 +25,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from harbor_openenv.backends.fleet import Engine
 from harbor_openenv.models import MAX_FORKS
 from harbor_openenv.sandbox import Sandbox
-from harbor_openenv.sandbox.engines import Engine
 from harbor_openenv.tasks.task import Task
 
 log = logging.getLogger("harbor_openenv")

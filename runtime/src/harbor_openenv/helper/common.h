@@ -41,7 +41,13 @@ extern size_t baseline_count;
 extern pid_t entrypoint_pid; /* the image's ENTRYPOINT while it runs (keep.c starts it), else -1 */
 void reap(void);
 int mark(void);
-int stop(const uid_t *uids, const gid_t *gids, int count, int all);
+int stop(const uid_t *uids, int count, int all);
+
+/* -- kill.c: the stop's per-uid kills -------------------------------------------------------- */
+
+int park_killer(const char *name);
+int user_uid(const char *name, uid_t *uid);
+int kill_as(uid_t uid, long long since);
 
 /* -- prepare.c --------------------------------------------------------------------------------- */
 

@@ -41,6 +41,7 @@
 /* -- the keeper's requests (keep.c): "ID WORD ARGS..." tab-separated, one line each ----------- */
 
 #define REQUEST_MARK "mark" /* ID mark: the processes running now are the baseline */
+#define REQUEST_PARK "park" /* ID park USERS: their uids' killers, for the stops to come */
 #define REQUEST_STOP "stop" /* ID stop USERS [VUSER VDIR TDIR stage|keep] */
 #define REQUEST_CHANGES "changes" /* ID changes [SKIP...]: what changed since the mark */
 #define PREPARE_STAGE "stage" /* a stop's last field: empty TDIR for the tests to be staged */

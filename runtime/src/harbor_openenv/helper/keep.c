@@ -8,6 +8,8 @@
  *   ID mark                      the processes running now are the baseline; answers
  *                                "ID ok PID:START..." (fails, KEEP_ENTRYPOINT_EXITED, if the
  *                                ENTRYPOINT exited; see stop.c)
+ *   ID park USERS                resolves USERS now and parks a thread of each one's uid that
+ *                                a stop wakes to kill its processes (kill.c); answers "ID ok"
  *   ID stop USERS [VUSER VDIR TDIR stage|keep]
  *                                ends every process USERS' code may have started (see stop.c);
  *                                then makes VDIR anew for VUSER alone (mode 0755) and empties
@@ -296,24 +298,32 @@ static int changes_request(char **f, int n, struct walk *w) {
 }
 
 /* stop USERS [VERIFIER_USER VERIFIER_DIR TESTS_DIR stage|keep]: USERS (comma-separated) are
- * every user whose code ran since the baseline; a user that does not resolve counts as root. */
+ * every user whose code ran since the baseline, as the mark resolved them (kill.c), else as they
+ * resolve now; a user that does not resolve counts as root. */
 static int stop_request(char **f, int n) {
     if (n != 1 && n != 5)
         return say("usage: stop USERS [VUSER VDIR TDIR stage|keep]"), KEEP_BAD_REQUEST;
     uid_t uids[64];
-    gid_t gids[64];
     int count = 0, all = 0;
-    char name[ENTRY_MAX];
     for (char *spec = strtok(f[0], ","); spec; spec = strtok(NULL, ",")) {
-        if (count == 64 || resolve_user(spec, &uids[count], &gids[count], name) != 0 ||
-            uids[count] == 0)
+        if (count == 64 || user_uid(spec, &uids[count]) != 0 || uids[count] == 0)
             all = 1;
         else
             count++;
     }
-    int status = stop(uids, gids, count, all);
+    int status = stop(uids, count, all);
     if (status || n == 1) return status;
     return prepare(f[1], f[2], f[3], f[4]);
+}
+
+/* park USERS: resolves USERS (comma-separated) now, before any code of theirs runs, and parks
+ * each one's killer for the stops to come (kill.c). */
+static int park_request(char **f, int n) {
+    if (n != 1) return say("usage: park USERS"), KEEP_BAD_REQUEST;
+    int status = 0;
+    for (char *spec = strtok(f[0], ","); spec && !status; spec = strtok(NULL, ","))
+        status = park_killer(spec);
+    return status;
 }
 
 /* One request line: "ID mark", "ID stop ..." or "ID changes ..." (tab-separated); answers
@@ -330,6 +340,8 @@ static void handle(char *line) {
         if (!status) changes_mark();
     } else if (n >= 2 && !strcmp(f[1], REQUEST_STOP))
         status = stop_request(f + 2, n - 2);
+    else if (n >= 2 && !strcmp(f[1], REQUEST_PARK))
+        status = park_request(f + 2, n - 2);
     else if (n >= 2 && !strcmp(f[1], REQUEST_CHANGES))
         status = changes_request(f + 2, n - 2, &changes);
     else

@@ -8,7 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,49 +182,30 @@ static int wait_gone(int (*fn)(const struct proc *, void *), long long since) {
     }
 }
 
-/* kill(-1, SIGKILL) as uid (a child of this keeper that drops to it): every process that uid may
- * signal, in one system call no fork races (a forking parent dies with the signal pending, its
- * child never runs). */
-static int kill_as(uid_t uid, gid_t gid) {
-    pid_t pid = fork();
-    if (pid < 0) return say("fork: %s", strerror(errno)), KEEP_STOP_FAILED;
-    if (pid == 0) {
-        if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 ||
-            setresuid(uid, uid, uid) != 0)
-            _exit(1);
-        kill(-1, SIGKILL);
-        _exit(0);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return say("cannot drop to uid %lu to stop its processes", (unsigned long)uid),
-               KEEP_STOP_FAILED;
-    return 0;
-}
-
-/* The stop before grading. With every process of the container untrusted (a uid that ran the
- * agent's code is root, or a baseline process shares a uid with one that did), PID 1 kills every
- * other process of its PID namespace with one kill(-1, SIGKILL): no process, thread, group or
- * fork survives it, by the kernel's rules. Else the baseline's processes (all of other uids) are
- * kept: each uid kills all of its own processes with one kill(-1) (kill_as), then what is left
- * outside the baseline (a uid the agent reached through a setuid program the task gave it) is
- * stopped and killed one by one until none is alive. */
-int stop(const uid_t *uids, const gid_t *gids, int count, int all) {
+/* The stop before grading. First every process but this keeper is stopped with one
+ * kill(-1, SIGSTOP) as root: by the same rule as below no fork escapes it, and from then on
+ * nothing of the agent's runs, forks, or takes a freed slot. With every process of the container
+ * untrusted (a uid that ran the agent's code is root, or a baseline process shares a uid with one
+ * that did), PID 1 kills every other process of its PID namespace with one kill(-1, SIGKILL): no
+ * process, thread, group or fork survives it, by the kernel's rules. Else the baseline's processes
+ * (all of other uids) are kept: each uid kills all of its own processes with one kill(-1)
+ * (kill_as, kill.c: no new process, no memory), then what is left outside the baseline (a uid the
+ * agent reached through a setuid program the task gave it) is stopped and killed one by one until
+ * none is alive, and the baseline continued. Until the agent's processes are killed the stop
+ * needs no free process slot, memory, file or descriptor. */
+int stop(const uid_t *uids, int count, int all) {
     long long since = now_ms();
     entrypoint_status = -1;
     entrypoint_pid = -1; /* from now on its end is a stop's doing, or the agent's */
+    kill(-1, SIGSTOP);
+    for (int i = 0; i < count && !all; i++)
+        if (kill_as(uids[i], since) != 0) all = 1; /* could not: end them all */
     struct uid_set set = {uids, count};
     if (!all && each_process(shares_a_uid, &set) != 0) all = 1;
     if (all) {
         kill(-1, SIGKILL);
         baseline_count = 0; /* nothing of the image's is left */
         return wait_gone(count_alive, since);
-    }
-    for (int i = 0; i < count; i++) {
-        int failed = kill_as(uids[i], gids[i]);
-        if (failed) return failed;
     }
     for (int round = 0; round < 3; round++) { /* a fork bomb of another uid stops forking */
         kill(-1, SIGSTOP);

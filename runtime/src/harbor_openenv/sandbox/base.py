@@ -144,6 +144,7 @@ class Sandbox(AgentFiles):
         self._stopping = threading.Lock()  # one request to the keeper at a time
         self._marked = False  # a baseline was taken: every command from now on is untrusted
         self.ran_as: set[str] = set()  # the users untrusted commands ran as since the baseline
+        self._parked: set[str] = set()  # the users the keeper holds a killer of (see _park)
         self.channel = ChannelSlot(self.open_channel)
 
     # -- the primitives every backend implements -----------------------------------------------
@@ -244,7 +245,10 @@ class Sandbox(AgentFiles):
         stop before grading must end (:attr:`ran_as`). An agent's command the disk guard
         interrupted is never run again: it answers with the guard's error."""
         if self._marked:
-            self.ran_as.add(command.user or self.default_user)
+            user = command.user or self.default_user
+            if user not in self._parked:
+                self._park(user)
+            self.ran_as.add(user)
         if self.exceeded and channel:
             raise SandboxError(self.exceeded)
         if channel and not callable(command.stdin):
@@ -366,12 +370,15 @@ class Sandbox(AgentFiles):
         """End every process the agent (or a verifier or solve running its code) may have started,
         whatever its name, user, state or threads; then, with ``prepare``, empty the verifier's
         output folder for its user alone and the tests folder. The keeper (PID 1, root, not
-        dumpable) does it on a request over its standard input, so no program of the container
-        and no free process slot is needed: with any of :attr:`ran_as` root (or sharing a uid
-        with a baseline process) it kills every other process of the PID namespace with one
-        ``kill(-1, SIGKILL)``, which no fork, thread or process group survives; else each of
-        those users' processes with one ``kill(-1)`` of its own, keeping the image's processes of
-        other users. The exec channel is closed first (it dies with the rest)."""
+        dumpable) does it on a request over its standard input (an attach: no new process),
+        and makes none itself: it stops every process with one ``kill(-1, SIGSTOP)``; with any of
+        :attr:`ran_as` root (or sharing a uid with a baseline process) it kills every other
+        process of the PID namespace with one ``kill(-1, SIGKILL)``, which no fork, thread or
+        process group survives; else each of those users' processes with one ``kill(-1)`` from a
+        thread of that uid parked before the user's first command (:meth:`_park`), keeping the
+        image's processes of other users. So a full process table, memory cgroup, disk or
+        descriptor table cannot deny it. The exec channel is closed first (it dies with the
+        rest)."""
         users = sorted(self.ran_as)
         fields = [contract.REQUEST_STOP, ",".join(user or "0" for user in users)]
         if prepare is not None:
@@ -401,6 +408,15 @@ class Sandbox(AgentFiles):
         self._marked = True
         self.ran_as.clear()
 
+    def _park(self, user: str) -> None:
+        """Before ``user``'s first command: the keeper resolves the user and parks a thread of
+        that uid which a stop wakes to kill the user's processes (``helper/kill.c``), so that
+        the stop makes no process, allocates nothing and reads no file of the agent's."""
+        ok, detail = self._ask([contract.REQUEST_PARK, user or "0"], close_channel=False)
+        if not ok:
+            raise SandboxError(f"the keeper cannot prepare the stop of user {user!r}: {detail}")
+        self._parked.add(user)
+
     def logs_tail(self) -> str:
         """The environment's last output lines, for an error (backends that have them)."""
         return ""
@@ -415,13 +431,15 @@ class Sandbox(AgentFiles):
             self._baseline = detail
         return None
 
-    def _ask(self, fields: list[str]) -> tuple[bool, str]:
-        """One request to the keeper: whether it answered ok, and the rest of its answer."""
+    def _ask(self, fields: list[str], *, close_channel: bool = True) -> tuple[bool, str]:
+        """One request to the keeper: whether it answered ok, and the rest of its answer. The
+        exec channel is closed first unless ``close_channel`` is False."""
         if any("\t" in field or "\n" in field for field in fields):
             raise SandboxError(f"a tab or a newline in a keeper request: {fields!r}")
         ident = uuid.uuid4().hex[:12]
         with self._stopping:
-            self.channel.close()
+            if close_channel:
+                self.channel.close()
             answer = self.ask_keeper("\t".join([ident, *fields]), timeout_s=_KEEPER_TIMEOUT_S)
         head, _, rest = answer.partition(" ")
         status, _, detail = rest.partition(" ")

@@ -1,4 +1,4 @@
-"""Harbor's environment backends as a :class:`.spec.Backend` (``HARBOR_OPENENV_BACKEND=harbor:X``).
+"""Harbor's environment backends as a :class:`.spec.Starter` (``HARBOR_OPENENV_BACKEND=harbor:X``).
 
 Each episode runs in the environment Harbor's own factory makes for the task (its docker backend,
 or any cloud sandbox Harbor supports), driven through Harbor's async interface (start, exec,
@@ -67,7 +67,7 @@ class _Loop:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
 
-class HarborBackend:
+class HarborStarter:
     """Starts each episode in Harbor's environment ``kind`` (an ``EnvironmentType`` value such as
     ``docker``) for its task, with ``kwargs`` passed to the environment's constructor."""
 
@@ -281,6 +281,8 @@ class HarborSandbox(Sandbox):
         """The keeper's requests, answered by ``scripts/harbor-keeper.sh`` as root: a stop kills
         every process outside the last baseline (whichever users ran code)."""
         ident, word, *fields = request.split("\t")
+        if word == contract.REQUEST_PARK:  # the script's stop kills by baseline, not by uid
+            return f"{ident} {contract.ANSWER_OK}"
         if word == contract.REQUEST_STOP:
             fields = [self._marks, *fields[1:]]
         answer = self.run(

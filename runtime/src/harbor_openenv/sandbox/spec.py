@@ -1,6 +1,6 @@
 """What starts an episode's environment: a :class:`ContainerSpec` (and, for a compose task, a
-:class:`ComposeSpec`), given to a :class:`Backend`, the one factory every start goes through (the
-Docker engine's in :mod:`.backend`; tests give the in-memory one)."""
+:class:`ComposeSpec`), given to a :class:`Starter`, the one factory every start goes through (the
+Docker engine's in :mod:`.starter`, Harbor's in :mod:`.harbor`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class ComposeSpec:
     prebuilt: str | None = None  # a docker_image task's image (Harbor's PREBUILT_IMAGE_NAME)
 
 
-class Backend(Protocol):
+class Starter(Protocol):
     """Starts environments: a container for ``spec``, or the compose project around it."""
 
     def start(

@@ -104,7 +104,7 @@ class _IdleSessions:
         unreset = scope.get("path") == "/ws" and self.reset_within_s > 0
         reset_by = asyncio.get_running_loop().time() + self.reset_within_s
         if unreset:
-            self.runtime.session_unreset(+1)
+            self.runtime.sessions.unreset(+1)
 
         async def idle_receive() -> Message:
             nonlocal closed, pending, unreset
@@ -120,7 +120,7 @@ class _IdleSessions:
                 message, pending = pending.result(), None
                 if unreset and _is_reset(message):
                     unreset = False
-                    self.runtime.session_unreset(-1)
+                    self.runtime.sessions.unreset(-1)
                 return message
             closed = True
             pending.cancel()
@@ -148,7 +148,7 @@ class _IdleSessions:
             if pending is not None:
                 pending.cancel()
             if unreset:
-                self.runtime.session_unreset(-1)
+                self.runtime.sessions.unreset(-1)
 
 
 def _is_reset(message: Message) -> bool:
@@ -183,7 +183,7 @@ class _Sessions:
                 reason = "draining: this server is stopping; reconnect to reach another replica"
                 await send({"type": "websocket.close", "code": 1013, "reason": reason})
             return
-        self.runtime.session_opened()
+        self.runtime.sessions.opened()
         limit = self.runtime.pool.limit
 
         async def send_ours(message: Message) -> None:
@@ -192,7 +192,7 @@ class _Sessions:
         try:
             await self.app(scope, receive, send_ours)
         finally:
-            self.runtime.session_closed()
+            self.runtime.sessions.closed()
 
 
 def _capacity_in_our_words(message: Message, limit: int) -> Message:
@@ -384,8 +384,8 @@ def build_app(
 
     def _remove_orphans() -> None:
         try:
-            removed = runtime.remove_orphans()
-            folders = runtime.remove_dead_scratch()
+            removed = runtime.backend.sweep()
+            folders = runtime.backend.sweep_scratch()
         except Exception as exc:  # the engine may be down; /health still answers
             log.warning("could not look for containers left by dead servers: %s", exc)
             return

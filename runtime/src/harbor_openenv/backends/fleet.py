@@ -22,29 +22,13 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
 from harbor_openenv.events import event
-
-from .errors import SandboxError
+from harbor_openenv.sandbox.errors import SandboxError
 
 log = logging.getLogger("harbor_openenv")
 T = TypeVar("T")
 R = TypeVar("R")
-SCHEMES = ("unix", "tcp", "ssh")
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^\"'()]+")
 _TIMEOUT = re.compile(r"(Read|Connect) timed out|timed out")
-
-
-def parse_hosts(text: str) -> list[str]:
-    """The engine URLs of a comma-separated list; ValueError for a bad or repeated one."""
-    urls = [part.strip() for part in text.split(",") if part.strip()]
-    if not urls:
-        raise ValueError("names no engine")
-    for url in urls:
-        if urlsplit(url).scheme not in SCHEMES:
-            raise ValueError(f"{url!r} is not a unix://, tcp:// or ssh:// engine URL")
-    repeated = sorted({url for url in urls if urls.count(url) > 1})
-    if repeated:
-        raise ValueError(f"names {', '.join(repeated)} more than once")
-    return urls
 
 
 def engine_environ(url: str, environ: Mapping[str, str]) -> dict[str, str]:

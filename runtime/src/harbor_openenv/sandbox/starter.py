@@ -1,4 +1,4 @@
-"""The Docker engine as a :class:`.spec.Backend`: one container per episode
+"""The Docker engine as a :class:`.spec.Starter`: one container per episode
 (:class:`.docker.DockerSandbox`) or a compose project (:class:`.compose.ComposeSandbox`), each with
 the server's helper volume mounted read-only."""
 
@@ -19,7 +19,7 @@ from .owner import LABEL, LABEL_OWNER
 from .spec import ComposeSpec, ContainerSpec
 
 
-class DockerBackend:
+class DockerStarter:
     """Starts a server's environments on its engine (``client``, connected on first use), labelled
     with its ``owner``; makes the helper's volume once (with ``extras``' files: see
     :class:`.HelperVolume`). ``environ``: Docker's settings naming the engine for the compose CLI

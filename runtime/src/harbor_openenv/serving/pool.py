@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from harbor_openenv.sandbox import Sandbox, SandboxError
-from harbor_openenv.sandbox.spec import Backend, ContainerSpec
+from harbor_openenv.sandbox.spec import ContainerSpec, Starter
 
 LABEL_POOL = "harbor-openenv.pool"
 _START_WAIT_S = 60.0  # longest a reset waits for the worker's start in flight to make room
@@ -39,10 +39,10 @@ class ContainerPool:
     """Idle pre-started containers by spec, and the count of running episodes they share a limit
     with. Thread-safe; with ``size`` 0 it only counts."""
 
-    def __init__(self, backend: Backend, *, size: int, limit: int) -> None:
+    def __init__(self, starter: Starter, *, size: int, limit: int) -> None:
         self.size = size
         self.limit = limit
-        self._backend = backend
+        self._starter = starter
         self._cond = threading.Condition()
         self._idle: OrderedDict[ContainerSpec, deque[Sandbox]] = OrderedDict()  # least recent first
         self._failed: set[ContainerSpec] = set()  # not refilled until a reset asks again
@@ -226,7 +226,7 @@ class ContainerPool:
                 self._starting += 1
             sandbox: Sandbox | None = None
             try:
-                sandbox = self._backend.start(spec, task_id=None, labels={LABEL_POOL: "1"})
+                sandbox = self._starter.start(spec, task_id=None, labels={LABEL_POOL: "1"})
             except Exception as exc:  # the worker must go on; the next reset asks again
                 log.warning("warm pool: starting a container of %s failed: %s", spec.image, exc)
             with self._cond:

@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from harbor_openenv import events
-from harbor_openenv.sandbox.engines import EngineStatus
+from harbor_openenv.backends.fleet import EngineStatus
 
 log = logging.getLogger("harbor_openenv")
 
