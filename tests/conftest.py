@@ -202,9 +202,10 @@ def codex_package(docker_client) -> Path:
 @pytest.fixture(scope="session")
 def harness_cache(docker_client) -> Path:
     """The harness cache (``harbor-openenv harnesses fill``) of every cached harness at its pinned
-    version, glibc and musl builds for the engine's architecture, filled once into .cache (about
-    800 MB for claude-code; one filler at a time)."""
-    from harbor_openenv.harness.cache import BUILDS, MANIFEST, host_platforms
+    version, glibc and musl builds for the engine's architecture, and terminus-2's portable tmux,
+    filled once into .cache as `harbor-openenv harnesses fill` fills it (about 800 MB for
+    claude-code, 4.5 MB for tmux; one filler at a time)."""
+    from harbor_openenv.harness.cache import BUILDS, MANIFEST, RUNTIMES, host_platforms
 
     folder = CACHE / "harnesses"
     platforms = host_platforms(docker_client.info()["Architecture"])
@@ -218,6 +219,9 @@ def harness_cache(docker_client) -> Path:
             platform_args = [arg for p in platforms for arg in ("--platform", p)]
             fill = [sys.executable, "-m", "harbor_openenv.cli", "harnesses", "fill"]
             subprocess.run([*fill, str(folder), name, *platform_args], check=True)
+        for name in RUNTIMES:
+            if not (folder / name / MANIFEST).is_file():
+                subprocess.run([*fill, str(folder), name], check=True)
     return folder
 
 

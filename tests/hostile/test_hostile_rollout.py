@@ -1,6 +1,7 @@
 """A hostile agent through the rollout path: the scripted model (the one double) makes the real
 harness plant rewards, hunt for secrets and reach for the server, with both kinds of harness:
-mini-swe-agent beside the container and codex inside it. The stop before grading and the
+mini-swe-agent and terminus-2 (a server from the Python 3.12 venv) beside the container and codex
+inside it. The stop before grading and the
 verifier decide the reward, as for evaluate; nothing the container can read holds the
 orchestration token, the trainer's key or the harness's session key (codex's calls get it on the
 server's side, from the keyed port); the server's port is out of the container's reach."""
@@ -11,6 +12,7 @@ import base64
 import json
 
 import pytest
+from _interop import HARBOR_SERVER_VENV
 from _model import Call, Say
 from _model import ScriptedModel as CodexModel
 from _scripted_model import SUBMIT, ScriptedModel
@@ -153,4 +155,92 @@ def test_codex_inside_finds_no_secret_and_cannot_reach_the_server(srv, task):
         assert secret not in seen
     # the trainer's key reaches the trainer's endpoint, the session key never does
     assert {h.get("authorization") for h in model.headers} == {f"Bearer {TRAINER_KEY}"}
+    assert TRAINER_KEY not in json.dumps(answer.model_dump())
+
+
+# -- terminus-2 (Harbor's own agent, beside the container, driving tmux in it): a server from
+# the Python 3.12 venv with the harness cache's tmux
+
+
+@pytest.fixture(scope="module")
+def srv_terminus(docker_client, tasks, harness_cache):
+    server = Server(
+        tasks,
+        python=str(HARBOR_SERVER_VENV / "bin" / "python"),
+        HARBOR_OPENENV_HARNESS_CACHE=str(harness_cache),
+    )
+    yield server
+    server.stop()
+
+
+def terminus_hunt() -> str:
+    """The hunt, its output kept in the container: what comes back to the model (the pane, cut
+    to 10 kB by terminus-2) is its size and how many of the secrets it holds."""
+    secrets = base64.b64encode(f"{TOKEN}\n{TRAINER_KEY}\n".encode()).decode()
+    return (
+        f"({HUNT}) > /tmp/hunt.txt 2>&1; echo HUNT-LINES=$(wc -l < /tmp/hunt.txt)"
+        " HUNT-ENV=$(grep -c ^HOSTNAME= /tmp/hunt.txt)"
+        f" HUNT-SECRETS=$(echo {secrets} | base64 -d | grep -cFf - /tmp/hunt.txt)"
+    )
+
+
+@pytest.fixture(scope="module")
+def terminus_model(srv_terminus):
+    scripts = {
+        "plant": [PLANT, SUBMIT],
+        "hunt": [terminus_hunt(), reach_server(srv_terminus), SUBMIT],
+    }
+    with ScriptedModel(scripts) as scripted:
+        yield scripted
+
+
+def terminus_rollout(srv, model, task, script):
+    with srv.client() as env:
+        env.reset(task_id=task)
+        return env.rollout(
+            "terminus-2",
+            base_url=model.base_url,
+            model=script,
+            api_key=TRAINER_KEY,
+            max_turns=6,
+            timeout_s=180,
+        ).observation
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("task", ["grade", "grade-nobody"])
+def test_a_reward_terminus_planted_does_not_count(srv_terminus, terminus_model, task):
+    answer = terminus_rollout(srv_terminus, terminus_model, task, "plant")
+    assert answer.info["rollout"]["status"] == "completed", answer.error
+    shown = terminus_model.turns("plant")[-1]["messages"][1:]
+    if task == "grade":  # root: the planter ran (nobody may not write /logs/verifier at all)
+        assert '"reward": 1}' in json.dumps(shown) or '{\\"reward\\": 1}' in json.dumps(shown)
+    assert (answer.reward, answer.error) == (0.0, None), answer
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("task", ["grade", "grade-nobody"])
+def test_terminus_finds_no_secret_and_cannot_reach_the_server(srv_terminus, terminus_model, task):
+    answer = terminus_rollout(srv_terminus, terminus_model, task, "hunt")
+    session_key = answer.info["rollout"]["session_id"]
+    assert answer.info["rollout"]["status"] == "completed", answer.error
+    calls = terminus_model.turns("hunt")[-4:]
+    panes = " ".join(str(m["content"]) for m in calls[-1]["messages"] if m["role"] == "user")
+    assert "server-unreachable" in panes and "REACHED-SERVER" not in panes.replace(
+        "&& echo REACHED-SERVER", ""
+    )
+    found = dict(
+        word.split("=", 1) for word in panes.split() if word.startswith("HUNT-") and "=" in word
+    )
+    assert int(found["HUNT-LINES"]) > 20 and int(found["HUNT-ENV"]) >= 1, panes
+    assert found["HUNT-SECRETS"] == "0", panes
+    last = " ".join(str(m["content"]) for m in calls[-1]["messages"])
+    user = "nobody" if task == "grade-nobody" else "root"
+    assert f"{user}@" in last  # the pane's prompt: the agent's user
+    seen = json.dumps([call["messages"] for call in calls])
+    for secret in (TOKEN, TRAINER_KEY, session_key):
+        assert secret not in seen
+    # the trainer's key reaches the trainer's endpoint, the session key never does
+    auth = {h.get("authorization") for h in terminus_model.headers[-3:]}
+    assert auth == {f"Bearer {TRAINER_KEY}"}
     assert TRAINER_KEY not in json.dumps(answer.model_dump())

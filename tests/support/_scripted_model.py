@@ -5,8 +5,9 @@ server on 127.0.0.1 that answers as vLLM does when the capture proxy asks (``ret
 
 Its tokenizer is UTF-8 bytes of a fixed chat rendering, so turn k+1's prompt extends turn k's
 prompt and completion exactly, as a real engine's does. Each model name is a script: the bash
-command its k-th harness turn calls (k = the assistant messages in the request so far). A harness
-turn is a request that starts with a system message; the capture proxy's probes are answered too
+command its k-th harness turn calls (k = the assistant messages in the request so far), through
+the harness's bash tool, or as terminus-2's JSON keystrokes. A harness turn is a request that
+starts with a system message or terminus-2's prompt; the capture proxy's probes are answered too
 (text for a prompt without tools), but only harness turns are kept in :attr:`ScriptedModel.calls`.
 """
 
@@ -26,6 +27,9 @@ from fastapi.responses import JSONResponse
 
 CRASH = "<crash>"  # a script entry that answers HTTP 500 (the engine failed)
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"  # mini-swe-agent's end of task
+# How Harbor's terminus-2 starts its prompt: one user message, no tools; it reads a JSON answer
+# (keystrokes for its tmux pane, or task_complete, which it asks to confirm: SUBMIT twice).
+TERMINUS_PROMPT = "You are an AI assistant tasked with solving command-line tasks"
 
 
 def encode(text: str) -> list[int]:
@@ -56,6 +60,19 @@ def _calls(message: dict[str, Any]) -> str:
 
 def _body(message: dict[str, Any]) -> str:
     return _text(message.get("content")) + _calls(message) + "<|end|>"
+
+
+def _terminus(messages: list[dict[str, Any]], tools: Any) -> bool:
+    content = messages[0].get("content") if messages else None
+    return not tools and isinstance(content, str) and content.startswith(TERMINUS_PROMPT)
+
+
+def _terminus_answer(command: str) -> str:
+    """terminus-2's JSON answer: ``command`` typed into its pane, or (SUBMIT) the task done."""
+    if command == SUBMIT:
+        return json.dumps({"analysis": "done", "plan": "", "commands": [], "task_complete": True})
+    keys = [{"keystrokes": command + "\n", "duration": 1.0}]
+    return json.dumps({"analysis": "", "plan": "", "commands": keys, "task_complete": False})
 
 
 def render(messages: list[dict[str, Any]], tools: list[Any] | None) -> str:
@@ -99,12 +116,16 @@ class ScriptedModel:
         script = self.scripts.get(model)
         if script is None:
             return JSONResponse({"error": {"message": f"no model {model}"}}, status_code=404)
-        harness = bool(messages) and messages[0].get("role") == "system"
+        terminus = _terminus(messages, body.get("tools"))
+        harness = terminus or (bool(messages) and messages[0].get("role") == "system")
         turn = sum(1 for m in messages if m.get("role") == "assistant")
-        command = script[min(turn, len(script) - 1)] if body.get("tools") else None
+        offered = body.get("tools") or terminus
+        command = script[min(turn, len(script) - 1)] if offered else None
         if harness and command == CRASH:
             return JSONResponse({"error": {"message": "engine failure"}}, status_code=500)
-        if command is not None:
+        if terminus and command is not None:
+            message = {"role": "assistant", "content": _terminus_answer(command)}
+        elif command is not None:
             arguments = json.dumps({"command": command})
             message = {
                 "role": "assistant",
@@ -121,7 +142,7 @@ class ScriptedModel:
             message = {"role": "assistant", "content": "ok"}
         prompt = encode(render(messages, body.get("tools")))
         completion = encode(_body(message))
-        finish = "tool_calls" if command is not None else "stop"
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
         limit = body.get("max_tokens") or body.get("max_completion_tokens")
         if isinstance(limit, int) and len(completion) > limit:
             completion, finish = completion[:limit], "length"

@@ -240,8 +240,9 @@ class Settings:
     harness_cache: Path | None = field(
         default=None,
         metadata=_about(
-            "the harness cache the inside harnesses run from (claude-code, ...): a folder that"
-            " `harbor-openenv harnesses fill` fills, put read-only into every task container",
+            "the harness cache the inside harnesses run from (claude-code, ...), with terminus-2's"
+            " tmux: a folder that `harbor-openenv harnesses fill` fills, put read-only into every"
+            " task container",
             Path,
         ),
     )

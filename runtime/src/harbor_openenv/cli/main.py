@@ -612,15 +612,16 @@ def cmd_harnesses_fill(args: argparse.Namespace) -> int:
     import platform
 
     from harbor_openenv.harness.base import HarnessError
-    from harbor_openenv.harness.cache import BUILDS, fill, host_platforms
+    from harbor_openenv.harness.cache import BUILDS, RUNTIMES, fill, host_platforms
 
-    names = args.names or sorted(BUILDS)
+    names = args.names or sorted([*BUILDS, *RUNTIMES])
     try:
         platforms = tuple(args.platform or host_platforms(platform.machine()))
         for name in names:
             sizes = fill(args.folder, name, platforms)
             for where, size in sizes.items():
-                print(f"{name} {BUILDS[name].version} {where}: {size / 1e6:.0f} MB")
+                version = BUILDS[name].version if name in BUILDS else "from Debian"
+                print(f"{name} {version} {where}: {size / 1e6:.1f} MB")
     except HarnessError as exc:
         raise UsageError(str(exc)) from None
     print(f"point HARBOR_OPENENV_HARNESS_CACHE at {args.folder.resolve()}")
@@ -806,7 +807,12 @@ def build_parser() -> argparse.ArgumentParser:
         " or the npm platforms --platform names; what was there is replaced.",
     )
     fill.add_argument("folder", type=Path, metavar="FOLDER")
-    fill.add_argument("names", nargs="*", metavar="NAME", help="a harness, e.g. claude-code")
+    fill.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="a harness, e.g. claude-code, or tmux (terminus-2's, from Debian's packages)",
+    )
     fill.add_argument(
         "--platform",
         action="append",

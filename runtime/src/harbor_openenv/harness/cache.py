@@ -29,6 +29,7 @@ from pathlib import Path
 from harbor_openenv.helper import MOUNT_DIR
 
 from .base import HarnessError
+from .portable import fill_tmux_cache
 
 MOUNTED = f"{MOUNT_DIR}/harnesses"  # in the container: MOUNTED/<harness>/<platform>/...
 MANIFEST = "harness.json"
@@ -67,6 +68,10 @@ BUILDS = {
 }
 
 
+# What else the cache holds, each filled by its own function: terminus-2's tmux (.portable).
+RUNTIMES = {"tmux": fill_tmux_cache}
+
+
 def host_platforms(machine: str) -> tuple[str, ...]:
     """The npm platforms of a machine (``uname -m``): glibc's and musl's."""
     arch = ARCHES.get(machine)
@@ -84,9 +89,12 @@ def platform_of(machine: str, libc: str) -> str:
 def fill(root: Path, name: str, platforms: tuple[str, ...]) -> dict[str, int]:
     """Fill ``root/name`` with the harness's builds for ``platforms`` (the ones it ships) with
     ``npm pack``; replaces what was there. Returns each platform's size in bytes."""
+    if name in RUNTIMES:  # a runtime a harness beside the container uses, from Debian's packages
+        return RUNTIMES[name](root)
     build = BUILDS.get(name)
     if build is None:
-        raise HarnessError(f"no harness {name!r} to fill (known: {', '.join(sorted(BUILDS))})")
+        known = ", ".join(sorted([*BUILDS, *RUNTIMES]))
+        raise HarnessError(f"no harness {name!r} to fill (known: {known})")
     wanted = [platform for platform in platforms if platform in build.platforms]
     if not wanted:
         raise HarnessError(f"{name} ships no build for {', '.join(platforms)}")

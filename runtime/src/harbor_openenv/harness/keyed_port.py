@@ -19,9 +19,9 @@ import socket
 import threading
 from urllib.parse import urlsplit
 
-from .base import HarnessError
-
 from harbor_openenv.errors import HarborOpenEnvError
+
+from .base import HarnessError
 
 MAX_HEAD = 64 << 10  # the largest request head accepted (line and headers)
 _CHUNK = 1 << 16

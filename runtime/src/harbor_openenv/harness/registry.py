@@ -22,6 +22,12 @@ def _codex(settings: Settings) -> Harness:
     return Codex.from_settings(settings)
 
 
+def _terminus_2(settings: Settings) -> Harness:
+    from harbor_openenv.harness.terminus import Terminus
+
+    return Terminus.from_settings(settings)
+
+
 def _cached(name: str) -> Callable[[Settings], Harness]:
     """The factory of the harness cache's ``name``."""
 
@@ -36,6 +42,7 @@ def _cached(name: str) -> Callable[[Settings], Harness]:
 HARNESSES: dict[str, Callable[[Settings], Harness]] = {
     "mini-swe-agent": _mini_swe_agent,  # beside the container
     "codex": _codex,  # inside it, through the relay
+    "terminus-2": _terminus_2,  # beside it, driving tmux in it (Python >= 3.12, harbor extra)
     # inside it, from the harness cache (HARBOR_OPENENV_HARNESS_CACHE)
     "claude-code": _cached("claude-code"),
 }
