@@ -7,17 +7,27 @@ Needs only the core package to import; running a check imports the server extra.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import secrets
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from harbor_openenv.cli.common import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    UsageError,
+    open_dataset,
+    print_table,
+    server_settings,
+)
 from harbor_openenv.config import Settings
 from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.tasks.dataset import Dataset
@@ -278,3 +288,77 @@ def _run_checks(checker: _Checker, tasks: list[Task], jobs: int) -> list[CheckRe
         progress.finish()
         pool.shutdown(wait=True)
     return results
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
+        raise UsageError(f"--json {args.json}: its folder does not exist")
+    dataset = open_dataset(args.dataset)
+    try:
+        tasks, results = select_tasks(dataset, args.task)
+        started = time.monotonic()
+        if tasks:
+            # The server's defaults, but for the build network (a check builds images as the
+            # server does).
+            build_network = server_settings().build_network
+            results += check_in_docker(dataset.root, tasks, args.jobs, build_network)
+    except CheckError as exc:
+        raise UsageError(str(exc)) from None
+    order = {task_id: index for index, task_id in enumerate(dataset.ids)}
+    results.sort(key=lambda result: order[result.task])
+    _report_check(results, args.json, time.monotonic() - started)
+    return EXIT_OK if all(result.ok for result in results) else EXIT_PROBLEMS
+
+
+def _reward_text(value: float | None) -> str:
+    return "None" if value is None else f"{value:g}"
+
+
+def _changes_text(result: CheckResult) -> str:
+    """The CHANGES column: the oracle's changes outside its workdir by class, suspect first."""
+    counts = {name: n for name, n in result.oracle_changes.items() if n}
+    if not counts:
+        return "-"
+    text = ", ".join(f"{name} {n}" for name, n in counts.items())
+    return f"SUSPECT {text}" if result.oracle_suspect else text
+
+
+def _report_check(results: list[CheckResult], json_target: str | None, seconds: float) -> None:
+    out = sys.stderr if json_target == "-" else sys.stdout
+    if results:
+        table = [["TASK", "NOP", "ORACLE", "SECONDS", "STATUS", "CHANGES"]]
+        table += [
+            [
+                r.task,
+                _reward_text(r.nop),
+                _reward_text(r.oracle),
+                f"{r.seconds:.1f}",
+                "ok" if r.ok else "PROBLEM",
+                _changes_text(r),
+            ]
+            for r in results
+        ]
+        print_table(table, out)
+    problems = [line for r in results for line in r.problems]
+    for line in problems:
+        print(line, file=out)
+    for line in (line for r in results for line in r.warnings):
+        print(f"warning: {line}", file=out)
+    failed = sum(not r.ok for r in results)
+    suspect = sum(bool(r.oracle_suspect) for r in results)
+    print(
+        f"{len(results)} tasks checked in {seconds:.1f} s: {len(results) - failed} ok,"
+        f" {failed} with problems; the tamper report flagged {suspect} oracle runs",
+        file=out,
+    )
+    if json_target:
+        text = json.dumps([asdict(r) for r in results], indent=2) + "\n"
+        if json_target == "-":
+            sys.stdout.write(text)
+        else:
+            Path(json_target).write_text(text, encoding="utf-8")

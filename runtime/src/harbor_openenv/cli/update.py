@@ -8,6 +8,7 @@ is one line saying what is wrong and what to do.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import re
 import subprocess
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harbor_openenv.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError
 from harbor_openenv.errors import HarborOpenEnvError
 
 # The markers copier's inline conflict mode writes (git merge-file with these labels).
@@ -223,3 +225,19 @@ def conflict_advice(count: int) -> str:
         f" '{CONFLICT_MARKERS[1]}', then git add -A && git commit; or undo the whole update:"
         f" {UNDO} (your committed work and git-ignored files such as .env stay)"
     )
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    repo = args.repo.resolve()
+    try:
+        run_copier_update(repo, args.vcs_ref, args.data or [])
+    except UpdateError as exc:
+        raise UsageError(str(exc)) from None
+    conflicts = find_conflicts(repo)
+    for line in conflicts:
+        print(f"conflict: {line}", file=sys.stderr)
+    if conflicts:
+        print(conflict_advice(len(conflicts)), file=sys.stderr)
+        return EXIT_PROBLEMS
+    print("updated without conflicts; rebuild the image", file=sys.stderr)
+    return EXIT_OK

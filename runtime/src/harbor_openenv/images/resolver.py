@@ -122,7 +122,7 @@ def build_spec(task: Task) -> BuildSpec:
         spec = plain  # no build anywhere in the file: no compose run needed
     else:
         from harbor_openenv.sandbox import SandboxError
-        from harbor_openenv.sandbox.compose import harbor_variables, main_build
+        from harbor_openenv.sandbox.compose_project import harbor_variables, main_build
 
         table = task.config.environment
         variables = harbor_variables(
@@ -327,28 +327,6 @@ class ImageResolver:
         return None
 
 
-def task_images(task: Task) -> list[tuple[str, Callable[[ImageResolver], str]]]:
-    """The images a runnable task's episodes start: (reference, how a resolver makes it).
-
-    The agent's environment image, and each separate verifier's own image (``docker_image`` or
-    ``tests/Dockerfile``). A compose task's other services are docker compose's to pull or build.
-    """
-    images: dict[str, Callable[[ImageResolver], str]] = {}
-    source = task.image
-    if source is not None:
-        if source.kind == "dockerfile":
-            images[build_spec(task).tag] = lambda resolver: resolver.resolve(task)
-        elif source.ref:
-            images[source.ref] = lambda resolver: resolver.resolve(task)
-    for step in verifier_steps(task):
-        ref, folder = task.verifier_image_ref(step), task.verifier_image_dir(step)
-        if ref:
-            images.setdefault(ref, _using(task, ref))
-        elif folder:
-            images.setdefault(verifier_source(task, step) or "", _building(task, folder))
-    return list(images.items())
-
-
 def verifier_steps(task: Task) -> list[StepConfig | None]:
     """The steps (None: the task itself) whose verifier runs in an environment of its own."""
     config = task.config
@@ -363,11 +341,3 @@ def verifier_source(task: Task, step: StepConfig | None) -> str | None:
     if ref:
         return ref
     return f"{IMAGE_REPOSITORY}:{environment_hash(folder)}" if folder else None
-
-
-def _using(task: Task, ref: str) -> Callable[[ImageResolver], str]:
-    return lambda resolver: resolver.use(task, ref)
-
-
-def _building(task: Task, folder: Path) -> Callable[[ImageResolver], str]:
-    return lambda resolver: resolver.build(task, folder)
