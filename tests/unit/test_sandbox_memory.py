@@ -18,7 +18,8 @@ import pytest
 
 from harbor_openenv import helper
 from harbor_openenv.sandbox import ExecResult, PathEscapeError, Sandbox, SandboxError, TooLargeError
-from harbor_openenv.sandbox.base import EXEC_MARK, FOLDER_SKIP_BYTES, Archive
+from harbor_openenv.sandbox.base import EXEC_MARK
+from harbor_openenv.sandbox.engine_files import FOLDER_SKIP_BYTES, Archive
 from harbor_openenv.sandbox.files import load_script
 from harbor_openenv.sandbox.memory import MemorySandbox
 from harbor_openenv.tasks.config import HealthcheckConfig

@@ -8,7 +8,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .base import LOGS_ARTIFACTS, EngineRead, Sandbox
+from .base import LOGS_ARTIFACTS, Sandbox
+from .engine_files import EngineRead
 from .errors import PathEscapeError, SandboxError, TooLargeError
 from .files import resolve_within
 from .result import ExecResult

@@ -3,8 +3,9 @@
 A backend (:mod:`.docker`, :mod:`.compose`, :mod:`.memory`) implements ``name``, :meth:`run`,
 :meth:`upload`, :meth:`download`, :meth:`is_running`, :meth:`remove` and :meth:`disk_usage`, and
 calls :meth:`Sandbox.prepare` once its environment runs. Everything an episode does besides (its
-commands, the agent's confined file actions (inherited from :mod:`.files`), the engine reads, the
-helper's stop and the process baseline) is written once here, on those primitives alone.
+commands, the agent's confined file actions (inherited from :mod:`.files`), the engine reads
+(inherited from :mod:`.engine_files`), the helper's stop and the process baseline) is written
+once, on those primitives alone.
 
 A backend may also offer an exec channel (:mod:`.channel`) by overriding :meth:`open_channel`,
 and a relayed port (:mod:`.relay`) by overriding :meth:`relay`: Docker and compose do, the memory
@@ -22,19 +23,17 @@ import threading
 import time
 import uuid
 from abc import abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Protocol, cast
+from typing import Protocol
 
 from harbor_openenv import helper
 from harbor_openenv.helper import contract
-from harbor_openenv.sandbox import archives
 
 from .channel import Channel, ChannelSlot
 from .command import Command
-from .errors import SandboxError, TooLargeError
+from .engine_files import EngineFiles
+from .errors import SandboxError
 from .files import AgentFiles, load_script
 from .result import ExecResult
 
@@ -47,8 +46,6 @@ KEEPER_ENTRYPOINT = (helper.HELPER, contract.COMMAND_KEEP)
 KEEPALIVE = (helper.HELPER, contract.COMMAND_IDLE)
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
 LOGS_ARTIFACTS = "/logs/artifacts"  # made by setup.sh in every environment; artifacts travel
-TAIL_SCAN_BYTES = 64 << 20  # largest file whose tail a read streams through to keep its end
-FOLDER_SKIP_BYTES = 1 << 20  # what a folder read streams through besides the files it keeps
 # Prepare arguments for the helper: the verifier's user, its output folder, the tests folder and
 # contract.PREPARE_STAGE (empty it for tests to be uploaded) or PREPARE_KEEP (the image brings
 # them).
@@ -89,37 +86,6 @@ def keeper_command(
     return [user or "0", *program] if program else []
 
 
-@dataclass(frozen=True)
-class Archive:
-    """A path read through the engine: its apparent size, known before a byte is read, and a tar
-    stream (read once) holding it under its basename."""
-
-    size: int
-    stream: IO[bytes]
-
-
-@dataclass(frozen=True)
-class EngineRead:
-    """A file read through the engine: its bytes (None: absent), or why it could not be read."""
-
-    data: bytes | None
-    error: SandboxError | None = None
-
-    @classmethod
-    def attempt(cls, read: Callable[[], bytes | None]) -> EngineRead:
-        """What ``read`` gives, or the :class:`SandboxError` it raises."""
-        try:
-            return cls(read())
-        except SandboxError as exc:
-            return cls(None, exc)
-
-    def get(self) -> bytes | None:
-        """The bytes (None: absent); raises the error if there was one."""
-        if self.error is not None:
-            raise self.error
-        return self.data
-
-
 def _unescape(path: str) -> str:
     """A path of the keeper's changes answer: its ``\\ooo`` escapes as the bytes they name
     (UTF-8, anything else replaced: the report shows them)."""
@@ -127,7 +93,7 @@ def _unescape(path: str) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-class Sandbox(AgentFiles):
+class Sandbox(AgentFiles, EngineFiles):
     """One episode's task environment: the abstract primitives, then the shared behaviour.
 
     Longer than the project's ~250 lines per class on purpose: it is every backend's shared
@@ -158,16 +124,6 @@ class Sandbox(AgentFiles):
         """Run ``command`` (:class:`.command.Command`): past its timeout stop waiting and answer
         ``timed_out`` (what it started is killed by :meth:`exec`). Raises :class:`SandboxError`
         when it cannot start, and what a ``stdin`` function raises."""
-
-    @abstractmethod
-    def upload(self, destination: str, archive: bytes | IO[bytes]) -> None:
-        """Unpack a tar archive into the existing folder ``destination`` as the engine does:
-        owners and modes as the archive says, whatever runs inside the sandbox."""
-
-    @abstractmethod
-    def download(self, path: str) -> AbstractContextManager[Archive | None]:
-        """``path`` as the engine reads it (never through a program inside the sandbox), None
-        when absent; the archive is valid inside the ``with`` block."""
 
     @abstractmethod
     def is_running(self) -> bool:
@@ -444,124 +400,8 @@ class Sandbox(AgentFiles):
             raise SandboxError(f"the keeper gave an answer out of turn: {answer[:200]!r}")
         return status == contract.ANSWER_OK, detail
 
-    # -- the orchestrator's files, through the engine ------------------------------------------
-
-    def put_dir(
-        self,
-        source: Path,
-        destination: str,
-        *,
-        replace: bool = True,
-        prepared: bool = False,
-        executable: str | None = None,
-    ) -> None:
-        """Copy the host folder ``source`` into ``destination`` (emptied first when ``replace``),
-        owned by root. ``prepared``: the caller made ``destination`` already (one round trip
-        fewer). ``executable``: a file at the folder's top that gets its execute bits."""
-        if not prepared:
-            script = 'rm -rf -- "$1" && mkdir -p -- "$1"' if replace else 'mkdir -p -- "$1"'
-            cleared = self.exec_root(script, destination)
-            if cleared.exit_code != 0:
-                raise SandboxError(f"cannot prepare {destination}: {cleared.output.strip()}")
-        self.upload(destination, archives.pack(source, executable=executable))
-
-    def import_archive(self, parent: str, archive: IO[bytes]) -> None:
-        """Unpack a tar archive (a file object, streamed) into the folder ``parent``, creating
-        it."""
-        made = self.exec_root('mkdir -p -- "$1"', parent)
-        if made.exit_code != 0:
-            raise SandboxError(f"cannot create {parent}: {made.output.strip()}")
-        self.upload(parent, archive)
-
-    def read_engine_file(self, path: str, *, limit: int, tail: bool = False) -> bytes | None:
-        """The regular file at ``path`` as the engine reads it, None when absent.
-
-        Its size (the apparent one: a sparse file counts whole) is checked before a byte is read:
-        over ``limit`` raises :class:`TooLargeError`, or with ``tail`` gives its last ``limit``
-        bytes when it is at most :data:`TAIL_SCAN_BYTES`, else raises too.
-        """
-        with self.download(path) as found:
-            if found is None:
-                return None
-            if found.size > (TAIL_SCAN_BYTES if tail else limit):
-                raise _too_large(path, found.size, limit)
-            return archives.last_bytes(found.stream, path, limit)
-
-    def read_engine_files(
-        self, folder: str, limits: Mapping[str, int], *, tails: Collection[str] = ()
-    ) -> dict[str, EngineRead]:
-        """The files ``limits`` names directly inside ``folder``, each as :meth:`read_engine_file`
-        reads it with its limit (by its tail for the names in ``tails``), in one engine read of
-        the folder where that can answer.
-
-        That read keeps the named regular files and streams through at most
-        :data:`FOLDER_SKIP_BYTES` of anything else (other files, nested ones, oversized named
-        ones, whose size alone answers). A name that is not a regular file there (a link, a hard
-        link, a folder) is read alone; so are the names left open when the folder is not one or
-        the read stopped at that bound.
-        """
-        wanted = {
-            name: (limit, TAIL_SCAN_BYTES if name in tails else limit)
-            for name, limit in limits.items()
-        }
-        kept: dict[str, bytes | int | None] = {}
-        try:
-            with self.download(folder) as found:
-                kept, whole = (
-                    archives.folder_files(
-                        found.stream, posixpath.basename(folder), wanted, skip=FOLDER_SKIP_BYTES
-                    )
-                    if found is not None
-                    else ({}, True)
-                )
-        except SandboxError:
-            whole = False  # the reads one by one say what is wrong
-        reads = {}
-        for name, limit in limits.items():
-            path, data = f"{folder}/{name}", kept.get(name)
-            if isinstance(data, int):
-                reads[name] = EngineRead(None, _too_large(path, data, limit))
-            elif data is not None or (whole and name not in kept):
-                reads[name] = EngineRead(data)
-            else:
-                reads[name] = EngineRead.attempt(
-                    functools.partial(self.read_engine_file, path, limit=limit, tail=name in tails)
-                )
-        return reads
-
-    def export_path(self, path: str, target: IO[bytes], *, budget: int) -> bool:
-        """Stream a tar of ``path`` (file or folder, named by its basename) into ``target``,
-        regular files and folders only, owned by root; False when ``path`` is absent. Raises
-        :class:`TooLargeError` once its files' apparent sizes pass ``budget`` bytes."""
-        with self.download(path) as found:
-            if found is None:
-                return False
-            archives.copy_regular(found.stream, target, path=path, budget=budget)
-        return True
-
-    def copy_tree(self, path: str, target: Sandbox, *, budget: int) -> bool:
-        """Stream the engine's tar of the folder ``path`` as it is (owners, modes, links) straight
-        into ``target``'s engine, unpacked at the same path (no copy on the server's disk); False
-        when absent. :class:`TooLargeError` past ``budget`` bytes of archive (what arrived by
-        then stays: the caller discards ``target``)."""
-        with self.download(path) as found:
-            if found is None:
-                return False
-            stream = archives.Bounded(found.stream, path=path, budget=budget)
-            try:
-                target.upload(posixpath.dirname(path) or "/", cast(IO[bytes], stream))
-            except Exception:
-                stream.check()  # a cut stream's own reason first (an upload fails on it)
-                raise
-            stream.check()
-        return True
-
 
 def _go_after(work: Callable[[], object]) -> bytes:
     """The line a command waiting on :meth:`Sandbox.exec`'s ``after`` reads, once it is done."""
     work()
     return b"\n"
-
-
-def _too_large(path: str, size: int, limit: int) -> TooLargeError:
-    return TooLargeError(f"{path} is {size} bytes, over the limit of {limit}")

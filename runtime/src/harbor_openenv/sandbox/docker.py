@@ -27,9 +27,10 @@ from harbor_openenv import helper
 from harbor_openenv.helper import contract
 
 from . import stream
-from .base import KEEPER_ENTRYPOINT, Archive, Sandbox, keeper_command
+from .base import KEEPER_ENTRYPOINT, Sandbox, keeper_command
 from .channel import Channel
 from .command import Command
+from .engine_files import Archive
 from .errors import SandboxError
 from .owner import LABEL, LABEL_OWNER, LABEL_TASK
 from .relay import RELAY_USER, Relay

@@ -40,8 +40,9 @@ from harbor_openenv import helper
 from harbor_openenv.helper import contract
 from harbor_openenv.tasks.dataset import Dataset
 
-from .base import TAIL_SCAN_BYTES, Archive, Sandbox
+from .base import Sandbox
 from .command import Command
+from .engine_files import TAIL_SCAN_BYTES, Archive
 from .errors import SandboxError
 from .files import load_script
 from .result import ExecResult

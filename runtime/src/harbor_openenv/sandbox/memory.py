@@ -17,8 +17,9 @@ import tarfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO
 
-from .base import Archive, Sandbox
+from .base import Sandbox
 from .command import Command
+from .engine_files import Archive
 from .errors import SandboxError
 from .files import inside, resolve_within
 from .result import ExecResult
