@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -19,12 +18,14 @@ from harbor_openenv.backends.base import On
 from harbor_openenv.backends.fleet import Lease
 from harbor_openenv.backends.request import EnvRequest, disk_limit
 from harbor_openenv.episode import tamper
+from harbor_openenv.episode.branches import branch_start, started, unused
 from harbor_openenv.episode.fork import ForkPoint, merge_changes
-from harbor_openenv.episode.grading import Grading, Separate, Shared, grading_mode
-from harbor_openenv.episode.pristine import Pristine, Spare, ready_pristine
+from harbor_openenv.episode.grading import Shared
+from harbor_openenv.episode.pristine import Pristine
 from harbor_openenv.episode.record import EpisodeRecord
 from harbor_openenv.episode.runtime import Runtime
-from harbor_openenv.episode.verdict import Outcome, Verdict
+from harbor_openenv.episode.strategies import GradingEnvironments
+from harbor_openenv.episode.verdict import Outcome, Verdict, steps_outcome
 from harbor_openenv.episode.verifier import TAIL, TESTS_DIR, Verifier
 from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.helper import contract
@@ -34,42 +35,11 @@ from harbor_openenv.sandbox import Sandbox, SandboxError
 from harbor_openenv.sandbox.owner import LABEL, LABEL_FORK, LABEL_OWNER
 from harbor_openenv.tasks.config import StepConfig
 from harbor_openenv.tasks.env_vars import Envs, resolve_envs
-from harbor_openenv.tasks.reward import VERIFIER_DIR, Failure, scalar
-from harbor_openenv.tasks.steps import final_metrics, gate
+from harbor_openenv.tasks.reward import VERIFIER_DIR, Failure
+from harbor_openenv.tasks.steps import gate
 from harbor_openenv.tasks.task import Task
 
 log = logging.getLogger("harbor_openenv")
-
-
-def _branch_start(runtime: Runtime, point: ForkPoint) -> Callable[[], Sandbox]:
-    """What starts a branch's container: the committed image, as the task's would start,
-    counted against the session limit, never pooled."""
-    env = resolve_envs(point.task).environment
-    request = EnvRequest.of_task(point.task, point.image, env, on=point.engine, alone=True)
-    return functools.partial(runtime.launch, request, pooled=True, warm=False)
-
-
-def _started(runtime: Runtime, ready: Future[Sandbox] | None) -> Sandbox | None:
-    """The container a fork started for a branch, None if it did not (or has stopped since:
-    it is removed and its place in the session limit freed)."""
-    if ready is None:
-        return None
-    try:
-        sandbox = ready.result()
-    except Exception as exc:  # e.g. the server was full at the fork: the reset tries again
-        log.info("a branch's container did not start at its fork (%s): starting it now", exc)
-        return None
-    if sandbox.is_running():
-        return sandbox
-    log.warning("a branch's container %s had stopped: starting another", sandbox.name)
-    runtime.discard(sandbox, runtime.pool.release)
-    return None
-
-
-def _unused(runtime: Runtime, ready: Future[Sandbox]) -> None:
-    """Remove a container a fork started for a branch that cannot take it."""
-    if not ready.cancelled() and ready.exception() is None:
-        runtime.discard(ready.result(), runtime.pool.release)
 
 
 class ActionError(HarborOpenEnvError):
@@ -104,12 +74,9 @@ class Episode:
         self.outcome: Outcome | None = None  # how the last evaluate ended the episode
         self.fork_point: ForkPoint | None = None  # what a branch started from (None: a task's)
         self.inherited: list[tuple[str, int]] | None = None  # a branch's parent's changes
-        pristine = runtime.settings.pristine(task.id)
-        steps: list[StepConfig | None] = list(task.config.steps or []) or [None]
-        modes = [grading_mode(task, step, pristine) for step in steps]
-        # the pristine verifier's next environment, if a step grades in one
-        self.spare = Spare(self._discard) if "pristine" in modes else None
-        self.gradings = [self._grading(index, mode) for index, mode in enumerate(modes)]
+        environments = GradingEnvironments(runtime, task, envs, image, self.on, sandbox.workdir)
+        # each step's strategy; the pristine verifier's next environment, if a step grades in one
+        self.gradings, self.spare = environments.gradings()
         runtime.backend.reach(
             image, self.on, wait=False
         )  # the tamper report's, probed once per image
@@ -150,14 +117,14 @@ class Episode:
         except BaseException:
             runtime.forks.give_back(ident, point)
             if ready is not None:
-                ready.add_done_callback(functools.partial(_unused, runtime))
+                ready.add_done_callback(functools.partial(unused, runtime))
             raise
-        sandbox = _started(runtime, ready)
+        sandbox = started(runtime, ready)
         task = point.task
         envs = resolve_envs(task)
         if sandbox is None:
             try:
-                sandbox = _branch_start(runtime, point)()
+                sandbox = branch_start(runtime, point)()
             except BaseException:
                 if lease is not None:
                     lease.release()
@@ -197,7 +164,7 @@ class Episode:
             changes,
             self.lease.engine if self.lease is not None else None,
         )
-        return runtime.forks.add(point, n, _branch_start(runtime, point))
+        return runtime.forks.add(point, n, branch_start(runtime, point))
 
     def _ready(self, *, prepare: bool = True) -> None:
         config, sandbox = self.task.config, self.sandbox
@@ -331,28 +298,6 @@ class Episode:
             return self._done(outcome)
         return self._finish_step(step, verdict, info)
 
-    def _grading(self, index: int, mode: str) -> Grading:
-        """Step ``index``'s grading strategy, of ``mode``."""
-        task, settings = self.task, self.runtime.settings
-        steps = task.config.steps
-        step = steps[index] if steps else None
-        if mode == "separate":
-            env = self.envs.verifier_container.get(step.name if step else None, {})
-            return Separate(
-                lambda: self._verifier_sandbox(step, env),
-                last=index + 1 == len(steps or [None]),
-                max_artifact_bytes=settings.max_artifact_bytes,
-            )
-        if mode == "pristine":
-            assert self.spare is not None
-            return Pristine(
-                self.spare,
-                lambda: self._ready_pristine(step),
-                settings.max_artifact_bytes,
-                self._discard,
-            )
-        return Shared()
-
     def _prepare_grading(self, index: int) -> None:
         """Start step ``index``'s pristine environment, if it grades in one (now, so that it is
         ready by its evaluate)."""
@@ -360,30 +305,6 @@ class Episode:
             grading = self.gradings[index]
             if isinstance(grading, Pristine):
                 grading.prepare()
-
-    def _ready_pristine(self, step: StepConfig | None) -> Sandbox:
-        sandbox = self._pristine_sandbox()
-        try:
-            return ready_pristine(sandbox, self.task, step, self.sandbox.workdir)
-        except BaseException:
-            self._discard(sandbox)
-            raise
-
-    def _discard(self, sandbox: Sandbox) -> None:
-        self.runtime.discard(sandbox, lambda: None)
-
-    def _pristine_sandbox(self) -> Sandbox:
-        """A fresh environment of the episode's own image and container spec."""
-        request = EnvRequest.of_task(
-            self.task, self.image, self.envs.environment, on=self.on, alone=True
-        )
-        return self.runtime.launch(request)
-
-    def _verifier_sandbox(self, step: StepConfig | None, env: dict[str, str]) -> Sandbox:
-        """A separate verifier's environment, on the image Harbor would choose, on this
-        episode's engine."""
-        image = self.runtime.backend.verifier_image(self.task, step, self.on)
-        return self.runtime.launch(EnvRequest.verifier(self.task, step, image, env, on=self.on))
 
     def _changes(self, reach: Reach = GUESSED) -> list[tuple[str, int]] | None:
         """What the agent's environment changed since its baseline (:func:`.tamper.changes`:
@@ -457,21 +378,11 @@ class Episode:
                     instruction=self.instruction,
                     info={**info, **self.step_fields(), "steps": self.step_info},
                 )
-        metrics = final_metrics(self.step_metrics, config.multi_step_reward_strategy)
-        if metrics:
-            final, error = scalar(metrics, self.runtime.settings.reward_key)
-            failure = None if error is None else Failure.INVALID
-        else:
-            final, error, failure = None, "no step has a verifier result", Failure.NO_REWARD
-        info = {
-            **info,
-            "steps": self.step_info,
-            "final_metrics": metrics,
-            "reward_strategy": config.multi_step_reward_strategy or "mean",
-        }
-        error = "; ".join(part for part in (stop, error) if part) or None
-        failure = stopped if stop else failure
-        return self._done(Outcome(final, error, verdict.stdout, info, metrics, failure))
+        strategy, key = config.multi_step_reward_strategy, self.runtime.settings.reward_key
+        info = {**info, "steps": self.step_info}
+        return self._done(
+            steps_outcome(self.step_metrics, strategy, key, info, verdict.stdout, stop, stopped)
+        )
 
     def _done(self, outcome: Outcome) -> HarborObservation:
         """The last evaluate's answer; :attr:`outcome` keeps how the episode ended."""

@@ -8,9 +8,10 @@ never read the message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from harbor_openenv.tasks.reward import Failure, Reward
+from harbor_openenv.tasks.reward import Failure, Reward, scalar
+from harbor_openenv.tasks.steps import final_metrics
 
 
 @dataclass(frozen=True)
@@ -61,3 +62,26 @@ class Outcome:
         if self.failure is Failure.TIMEOUT:
             return "timeout"
         return "error" if self.reward is None else "reward"
+
+
+def steps_outcome(
+    step_metrics: list[dict[str, float] | None],
+    strategy: Literal["mean", "final"] | None,
+    reward_key: str | None,
+    info: dict[str, Any],
+    output: str,
+    stop: str | None,
+    stopped: Failure,
+) -> Outcome:
+    """How a multi-step episode ends: its steps' results combined by the task's ``strategy``
+    (``stop``: why it ended before its last step, of kind ``stopped``)."""
+    metrics = final_metrics(step_metrics, strategy)
+    failure: Failure | None
+    if metrics:
+        final, error = scalar(metrics, reward_key)
+        failure = None if error is None else Failure.INVALID
+    else:
+        final, error, failure = None, "no step has a verifier result", Failure.NO_REWARD
+    info = {**info, "final_metrics": metrics, "reward_strategy": strategy or "mean"}
+    error = "; ".join(part for part in (stop, error) if part) or None
+    return Outcome(final, error, output, info, metrics, stopped if stop else failure)
