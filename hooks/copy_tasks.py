@@ -45,14 +45,16 @@ RUNTIME_SRC = Path(__file__).resolve().parents[1] / "runtime" / "src"
 PROGRESS_FROM = 500  # show progress for datasets with more files than this
 
 
-def _import_runtime() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
-    """Import harbor_openenv.datasets.manifest, .sync and .task from the template's runtime/src."""
+def _import_runtime() -> tuple[types.ModuleType, ...]:
+    """Import harbor_openenv.datasets.task_copy, .manifest, .sync and .task from the template's
+    runtime/src."""
     package_dir = RUNTIME_SRC / "harbor_openenv"
     if "harbor_openenv" not in sys.modules:
         package = types.ModuleType("harbor_openenv")
         package.__path__ = [str(package_dir)]
         sys.modules["harbor_openenv"] = package
     return (
+        importlib.import_module("harbor_openenv.datasets.task_copy"),
         importlib.import_module("harbor_openenv.datasets.manifest"),
         importlib.import_module("harbor_openenv.datasets.sync"),
         importlib.import_module("harbor_openenv.tasks.task"),
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.dataset is None:
         parser.error("--dataset is required")
-    manifest_mod, sync, task_mod = _import_runtime()
+    copy_mod, manifest_mod, sync, task_mod = _import_runtime()
     refs = importlib.import_module("harbor_openenv.datasets.sources")
     if args.runtime_pin.strip() and not args.runtime_pin.strip().endswith(".whl"):
         # Checked before anything is written; a wheel pin is checked with the dataset, below.
@@ -228,18 +230,17 @@ def main(argv: list[str] | None = None) -> int:
             source, record = resolved.root, resolved.record
         else:
             source = Path(args.dataset)
-        return _copy(args, source, record, manifest_mod, sync, task_mod, refs)
+        return _copy(args, source, record, (copy_mod, manifest_mod, sync, task_mod), refs)
 
 
 def _copy(
     args: argparse.Namespace,
     source: Path,
     record: dict[str, object],
-    manifest_mod: types.ModuleType,
-    sync: types.ModuleType,
-    task_mod: types.ModuleType,
+    runtime: tuple[types.ModuleType, ...],
     refs: types.ModuleType,
 ) -> int:
+    copy_mod, manifest_mod, sync, task_mod = runtime
     kind = task_mod.TaskKind
     if not source.is_absolute():
         fail(f"dataset path {source} is not absolute (the template passes an absolute path)")
@@ -279,8 +280,8 @@ def _copy(
     tasks_dir = dest / "tasks"
     started = time.monotonic()
     try:
-        digests = manifest_mod.copy_tasks(root, tasks_dir, progress=Progress())
-    except (manifest_mod.CopyError, OSError) as exc:
+        digests = copy_mod.copy_tasks(root, tasks_dir, progress=Progress())
+    except (copy_mod.CopyError, OSError) as exc:
         fail(f"cannot copy the dataset: {exc}")
     count = manifest_mod.write_manifest(tasks_dir, dest / manifest_mod.MANIFEST_NAME, digests)
     print(

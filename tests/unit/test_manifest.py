@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from harbor_openenv.datasets import manifest as manifest_module
+from harbor_openenv.datasets import task_copy
 from harbor_openenv.datasets.manifest import (
     MANIFEST_NAME,
-    CopyError,
-    copy_tasks,
     file_sha256,
     read_manifest,
     read_modes,
     verify_manifest,
     write_manifest,
 )
+from harbor_openenv.datasets.task_copy import CopyError, copy_tasks
 
 
 def make_tree(root: Path) -> Path:
@@ -150,7 +150,7 @@ def test_copy_refuses_links_leaving_the_dataset(tmp_path, target, message):
 def test_failed_copy_leaves_nothing(tmp_path, monkeypatch):
     src = make_tree(tmp_path / "src")
     (tmp_path / "out").mkdir()
-    real_copy = manifest_module._copy_file
+    real_copy = task_copy._copy_file
     calls = {"n": 0}
 
     def flaky(src, dst, buffer):
@@ -159,7 +159,7 @@ def test_failed_copy_leaves_nothing(tmp_path, monkeypatch):
             raise OSError("disk full")
         return real_copy(src, dst, buffer)
 
-    monkeypatch.setattr(manifest_module, "_copy_file", flaky)
+    monkeypatch.setattr(task_copy, "_copy_file", flaky)
     with pytest.raises(OSError, match="disk full"):
         copy_tasks(src, tmp_path / "out" / "tasks")
     assert list((tmp_path / "out").iterdir()) == []

@@ -15,8 +15,6 @@ from pathlib import Path
 
 from harbor_openenv.datasets.manifest import (
     MANIFEST_NAME,
-    CopyError,
-    copy_tasks,
     executable,
     file_sha256,
     listed_files,
@@ -25,6 +23,7 @@ from harbor_openenv.datasets.manifest import (
     verify_manifest,
     write_manifest,
 )
+from harbor_openenv.datasets.task_copy import CopyError, copy_tasks
 from harbor_openenv.errors import HarborOpenEnvError
 from harbor_openenv.tasks.config import DatasetError
 from harbor_openenv.tasks.dataset import Dataset, find_tasks_root
