@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 from _server import Server
+from _tamper import AGENTS, named, plant, play
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from harbor_openenv.episode.tamper import SUSPECT
 
 from .test_hostile_verifier import make_task
 from .test_pristine import CHECK
@@ -30,41 +29,33 @@ FAKE = f"#!/bin/sh\necho '{{\"reward\": 1}}' > {REWARD}\necho 42\n"
 ROOT_SITE, OPEN_SITE = "/usr/lib/python3/dist-packages", "/usr/local/lib/python3.11/dist-packages"
 
 
-def _write(path: str, text: str, mode: str = ">") -> str:
-    return f"printf '%s\\n' {_quote(text)} {mode} {path}"
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
-
-
 # A move: (shell script, the path it changes outside the working directory or None).
 MOVES = {
-    "replace a program": lambda name: (_write(f"/usr/bin/{name}", FAKE), f"/usr/bin/{name}"),
+    "replace a program": lambda name: (plant(f"/usr/bin/{name}", FAKE), f"/usr/bin/{name}"),
     "patch a stdlib module": lambda name: (
-        _write(f"/usr/lib/python3.11/{name}.py", HOOK, ">>"),
+        plant(f"/usr/lib/python3.11/{name}.py", HOOK, ">>"),
         f"/usr/lib/python3.11/{name}.py",
     ),
-    "drop a .pth file": lambda site: (_write(f"{site}/zz.pth", HOOK), f"{site}/zz.pth"),
+    "drop a .pth file": lambda site: (plant(f"{site}/zz.pth", HOOK), f"{site}/zz.pth"),
     "drop sitecustomize": lambda site: (  # in place of Debian's, a symlink into /etc
-        f"rm -f {site}/sitecustomize.py; " + _write(f"{site}/sitecustomize.py", HOOK),
+        f"rm -f {site}/sitecustomize.py; " + plant(f"{site}/sitecustomize.py", HOOK),
         f"{site}/sitecustomize.py",
     ),
-    "shadow an import from the workdir": lambda name: (_write(f"/app/{name}.py", HOOK), None),
+    "shadow an import from the workdir": lambda name: (plant(f"/app/{name}.py", HOOK), None),
     "replace a test file": lambda name: (
-        f"mkdir -p /tests && {_write('/tests/test.sh', FAKE)} && chmod +x /tests/test.sh",
+        f"mkdir -p /tests && {plant('/tests/test.sh', FAKE)} && chmod +x /tests/test.sh",
         None,
     ),
     "alias in /etc/profile": lambda name: (
-        _write("/etc/profile", f"alias {name}='echo 1 > /logs/verifier/reward.txt'", ">>"),
+        plant("/etc/profile", f"alias {name}='echo 1 > /logs/verifier/reward.txt'", ">>"),
         "/etc/profile",
     ),
     "a preload": lambda name: (
-        _write("/etc/ld.so.preload", f"/app/{name}.so"),
+        plant("/etc/ld.so.preload", f"/app/{name}.so"),
         "/etc/ld.so.preload",
     ),
     "PYTHONPATH in /etc/environment": lambda name: (
-        _write("/etc/environment", "PYTHONPATH=/app", ">>"),
+        plant("/etc/environment", "PYTHONPATH=/app", ">>"),
         "/etc/environment",
     ),
 }
@@ -88,18 +79,15 @@ def cases(draw):
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory, docker_client):
     root = tmp_path_factory.mktemp("tamper-props") / "tasks"
-    make_task(root, "root", test_sh=CHECK, dockerfile=DOCKERFILE)
-    make_task(
-        root, "nobody", test_sh=CHECK, dockerfile=DOCKERFILE, toml='\n[agent]\nuser = "nobody"\n'
-    )
+    for user, toml in AGENTS.items():
+        make_task(root, user, test_sh=CHECK, dockerfile=DOCKERFILE, toml=toml)
     return root
 
 
 @pytest.fixture(scope="module")
 def srv(tasks):
-    server = Server(tasks, HARBOR_OPENENV_PRISTINE_VERIFIER="*")
-    yield server
-    server.stop()
+    with Server(tasks, HARBOR_OPENENV_PRISTINE_VERIFIER="*") as server:
+        yield server
 
 
 @settings(
@@ -111,27 +99,21 @@ def srv(tasks):
 def test_tampering_earns_nothing_and_is_named(srv, case):
     move, target, user = case
     script, changed = MOVES[move](target)
-    with srv.client() as env:
-        env.reset(task_id=user)
-        env.write("answer.txt", "41")  # wrong: 0.0 untampered
-        done = env.exec(script)
-        result = env.evaluate()
+    code, result = play(srv, user, script)
     info = result.observation.info
     assert info["verifier_environment"] == "pristine"
     assert (result.reward, result.observation.error) == (0.0, None), (case, result.observation)
-    if done.observation.exit_code == 0 and changed is not None:  # the move changed something
-        named = [path for kind in SUSPECT for path in info["tamper"]["paths"].get(kind, [])]
-        assert changed in named, (case, info["tamper"])
+    if code == 0 and changed is not None:  # the move changed something
+        assert changed in named(info["tamper"]), (case, info["tamper"])
     else:  # nobody may not write there, or the change is the agent's own folder or /tests
-        assert user == "nobody" or changed is None, (case, done.observation)
-    print(case, "exit", done.observation.exit_code, "->", result.reward)
+        assert user == "nobody" or changed is None, (case, code)
+    print(case, "exit", code, "->", result.reward)
 
 
 @pytest.fixture(scope="module")
 def shared(tasks):
-    server = Server(tasks)
-    yield server
-    server.stop()
+    with Server(tasks) as server:
+        yield server
 
 
 @pytest.mark.parametrize(
@@ -148,12 +130,7 @@ def test_in_the_shared_container_the_moves_win_and_are_named(shared, case):
     names them, which is what a trainer drops such a rollout by."""
     move, target, user = case
     script, changed = MOVES[move](target)
-    with shared.client() as env:
-        env.reset(task_id=user)
-        env.write("answer.txt", "41")
-        assert env.exec(script).observation.exit_code == 0
-        result = env.evaluate()
+    _, result = play(shared, user, script, exits=True)
     info = result.observation.info
     assert (result.reward, info["verifier_environment"]) == (1.0, "shared"), result.observation
-    named = [path for kind in SUSPECT for path in info["tamper"]["paths"].get(kind, [])]
-    assert changed in named, info["tamper"]
+    assert changed in named(info["tamper"]), info["tamper"]

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import pytest
 from _server import Server
+from _tamper import AGENTS, named, plant, play
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from harbor_openenv.episode.tamper import SUSPECT
 
 from .test_hostile_verifier import make_task
 
@@ -44,33 +43,28 @@ python3 /opt/app/run.py
 """
 
 
-def _write(path: str, text: str, mode: str = ">") -> str:
-    quoted = "'" + text.replace("'", "'\\''") + "'"
-    return f"printf '%s\\n' {quoted} {mode} {path}"
-
-
 # A route: name -> (script of a drawn name, the path it changes, whether it deletes it).
 ROUTES = {
-    "change a program": lambda n: (_write("/usr/bin/cat", FAKE), "/usr/bin/cat", False),
+    "change a program": lambda n: (plant("/usr/bin/cat", FAKE), "/usr/bin/cat", False),
     "shadow a program earlier on PATH": lambda n: (
-        _write("/usr/local/bin/cat", FAKE) + " && chmod +x /usr/local/bin/cat",
+        plant("/usr/local/bin/cat", FAKE) + " && chmod +x /usr/local/bin/cat",
         "/usr/local/bin/cat",
         False,
     ),
     "add a program beside a site-packages-looking folder": lambda n: (
         f"mkdir -p /tmp/site-packages/{n} && : > /tmp/site-packages/{n}/x.py && "
-        + _write(f"/usr/local/bin/{n}", FAKE),
+        + plant(f"/usr/local/bin/{n}", FAKE),
         f"/usr/local/bin/{n}",
         False,
     ),
     "delete a program": lambda n: ("rm /usr/bin/xargs", "/usr/bin/xargs", True),
     "change a module on the image's PYTHONPATH": lambda n: (
-        _write("/opt/vendor/helper.py", HOOK, ">>"),
+        plant("/opt/vendor/helper.py", HOOK, ">>"),
         "/opt/vendor/helper.py",
         False,
     ),
     "add a module on the image's PYTHONPATH": lambda n: (
-        _write(f"/opt/vendor/{n}.py", HOOK),
+        plant(f"/opt/vendor/{n}.py", HOOK),
         f"/opt/vendor/{n}.py",
         False,
     ),
@@ -80,34 +74,34 @@ ROUTES = {
         True,
     ),
     "change code test.sh runs in /opt": lambda n: (
-        _write("/opt/app/run.py", HOOK, ">>"),
+        plant("/opt/app/run.py", HOOK, ">>"),
         "/opt/app/run.py",
         False,
     ),
     "shadow an import beside that code": lambda n: (
-        _write("/opt/app/helper.py", HOOK),
+        plant("/opt/app/helper.py", HOOK),
         "/opt/app/helper.py",
         False,
     ),
     "delete code test.sh runs": lambda n: ("rm /opt/app/run.py", "/opt/app/run.py", True),
     "change a file test.sh sources from /var/tmp": lambda n: (
-        _write("/var/tmp/keep", f"echo 1 > {REWARD}; cat() {{ echo 42; }}", ">>"),
+        plant("/var/tmp/keep", f"echo 1 > {REWARD}; cat() {{ echo 42; }}", ">>"),
         "/var/tmp/keep",
         False,
     ),
-    "edit an installed module in place": lambda n: (_write(HACK, HOOK, ">>"), HACK, False),
+    "edit an installed module in place": lambda n: (plant(HACK, HOOK, ">>"), HACK, False),
     "a pyvenv.cfg beside the interpreter": lambda n: (
-        _write("/usr/bin/pyvenv.cfg", "home = /app"),
+        plant("/usr/bin/pyvenv.cfg", "home = /app"),
         "/usr/bin/pyvenv.cfg",
         False,
     ),
     "a pyvenv.cfg above the interpreter": lambda n: (
-        _write("/usr/pyvenv.cfg", "home = /app"),
+        plant("/usr/pyvenv.cfg", "home = /app"),
         "/usr/pyvenv.cfg",
         False,
     ),
     "a ._pth beside the interpreter": lambda n: (
-        _write("/usr/bin/python3.11._pth", "/app"),
+        plant("/usr/bin/python3.11._pth", "/app"),
         "/usr/bin/python3.11._pth",
         False,
     ),
@@ -117,27 +111,15 @@ ROUTES = {
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory, docker_client):
     root = tmp_path_factory.mktemp("tamper-routes") / "tasks"
-    make_task(root, "root", test_sh=TEST_SH, dockerfile=DOCKERFILE)
-    make_task(
-        root,
-        "nobody",
-        test_sh=TEST_SH,
-        dockerfile=DOCKERFILE,
-        toml='\n[agent]\nuser = "nobody"\n',
-    )
+    for user, toml in AGENTS.items():
+        make_task(root, user, test_sh=TEST_SH, dockerfile=DOCKERFILE, toml=toml)
     return root
 
 
 @pytest.fixture(scope="module")
 def srv(tasks):
-    server = Server(tasks, HARBOR_OPENENV_PRISTINE_VERIFIER="*")
-    yield server
-    server.stop()
-
-
-def named(report: dict, deleted: bool) -> list[str]:
-    paths = report["deleted"]["paths"] if deleted else report["paths"]
-    return [path for kind in SUSPECT for path in paths.get(kind, [])]
+    with Server(tasks, HARBOR_OPENENV_PRISTINE_VERIFIER="*") as server:
+        yield server
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))
@@ -149,30 +131,22 @@ def named(report: dict, deleted: bool) -> list[str]:
 @given(user=st.sampled_from(["root", "nobody"]), name=st.text("abcxyz_", min_size=1, max_size=8))
 def test_every_route_is_named_and_earns_nothing(srv, route, user, name):
     script, changed, deleted = ROUTES[route](name)
-    with srv.client() as env:
-        env.reset(task_id=user)
-        env.write("answer.txt", "41")  # wrong: 0.0 untampered
-        done = env.exec(script)
-        result = env.evaluate()
+    code, result = play(srv, user, script)
     info = result.observation.info
     assert info["verifier_environment"] == "pristine"
     assert (result.reward, result.observation.error) == (0.0, None), (route, result.observation)
-    if done.observation.exit_code == 0:
-        assert info["tamper"]["suspect"] and changed in named(info["tamper"], deleted), (
-            route,
-            user,
-            info["tamper"],
-        )
+    if code == 0:
+        assert info["tamper"]["suspect"], (route, user, info["tamper"])
+        assert changed in named(info["tamper"], deleted=deleted), (route, user, info["tamper"])
     else:  # root-only places
-        assert user == "nobody", (route, done.observation)
-    print(route, user, "exit", done.observation.exit_code, "->", result.reward)
+        assert user == "nobody", (route, code)
+    print(route, user, "exit", code, "->", result.reward)
 
 
 @pytest.fixture(scope="module")
 def shared(tasks):
-    server = Server(tasks)
-    yield server
-    server.stop()
+    with Server(tasks) as server:
+        yield server
 
 
 @pytest.mark.parametrize(
@@ -189,11 +163,7 @@ def test_in_the_shared_container_the_routes_win_and_are_named(shared, route, use
     """The routes are real: in the shared container they fake the pass (1.0); the report names
     them, which is what a trainer drops such a rollout by."""
     script, changed, deleted = ROUTES[route]("sitecustomize")
-    with shared.client() as env:
-        env.reset(task_id=user)
-        env.write("answer.txt", "41")
-        assert env.exec(script).observation.exit_code == 0
-        result = env.evaluate()
+    _, result = play(shared, user, script, exits=True)
     info = result.observation.info
     assert (result.reward, info["verifier_environment"]) == (1.0, "shared"), result.observation
-    assert changed in named(info["tamper"], deleted), info["tamper"]
+    assert changed in named(info["tamper"], deleted=deleted), info["tamper"]

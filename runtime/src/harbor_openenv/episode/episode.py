@@ -330,12 +330,7 @@ class Episode:
         if changes is None:
             return None
         report = tamper.classify(changes, self.sandbox.workdir, reach)
-        for kind, count in report.counts.items():
-            if count:
-                self.runtime.metrics.tamper.labels(kind).inc()
-        for kind, count in report.deleted.items():
-            if count:
-                self.runtime.metrics.tamper.labels(f"{kind}_deleted").inc()
+        report.count(self.runtime.metrics.tamper)
         return report.info()
 
     def _finish_step(

@@ -40,10 +40,13 @@ import functools
 import posixpath
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harbor_openenv.images.reach import GUESSED, LIB_DIRS, Reach
 from harbor_openenv.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
 
 SUSPECT = (
     "executables",
@@ -91,6 +94,16 @@ class TamperReport:
             "paths": self.paths,
             "deleted": {"counts": self.deleted, "paths": self.deleted_paths},
         }
+
+    def count(self, counter: Counter) -> None:
+        """Count each class found once in ``counter`` (the tamper metric), deletions as
+        ``<class>_deleted``."""
+        for kind, n in [
+            *self.counts.items(),
+            *((f"{k}_deleted", n) for k, n in self.deleted.items()),
+        ]:
+            if n:
+                counter.labels(kind).inc()
 
 
 def classify(
