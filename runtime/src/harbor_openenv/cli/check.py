@@ -1,4 +1,4 @@
-"""The check engine: a no-op and an oracle episode of every runnable task, in Docker.
+"""``check`` and its engine: a no-op and an oracle episode of every runnable task, in Docker.
 
 Both episodes of each task run through :func:`~harbor_openenv.client.driver.run_episode` on one
 in-process ``Runtime`` (no server), ``jobs`` at once; the containers go even on Ctrl-C or SIGTERM.
