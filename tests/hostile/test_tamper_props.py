@@ -31,7 +31,12 @@ ROOT_SITE, OPEN_SITE = "/usr/lib/python3/dist-packages", "/usr/local/lib/python3
 
 # A move: (shell script, the path it changes outside the working directory or None).
 MOVES = {
-    "replace a program": lambda name: (plant(f"/usr/bin/{name}", FAKE), f"/usr/bin/{name}"),
+    # a new file renamed over the program: bash, which runs the move, cannot be written in place
+    "replace a program": lambda name: (
+        f"{plant(f'/usr/bin/{name}.new', FAKE)} && chmod 755 /usr/bin/{name}.new"
+        f" && mv -f /usr/bin/{name}.new /usr/bin/{name}",
+        f"/usr/bin/{name}",
+    ),
     "patch a stdlib module": lambda name: (
         plant(f"/usr/lib/python3.11/{name}.py", HOOK, ">>"),
         f"/usr/lib/python3.11/{name}.py",

@@ -169,7 +169,13 @@ def _report(results: list[ImageResult], *, pushing: bool) -> None:
     """The table of every image: its tasks, status and seconds, and with push its digest."""
     rows = [["IMAGE", "TASKS", "STATUS", "SECONDS", *(["PUSHED"] if pushing else [])]]
     rows += [
-        [r.image, str(len(r.tasks)), r.status, f"{r.seconds:.1f}", *([r.pushed or "-"] * pushing)]
+        [
+            r.image,
+            str(len(r.tasks)),
+            r.status,
+            f"{r.seconds:.1f}",
+            *([r.pushed or "-"] if pushing else []),
+        ]
         for r in results
     ]
     if len(rows) > 1:
