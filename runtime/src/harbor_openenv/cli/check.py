@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from harbor_openenv.cli.common import (
     EXIT_OK,
     EXIT_PROBLEMS,
+    SERVER_EXTRA,
     UsageError,
     open_dataset,
     print_table,
@@ -35,8 +36,6 @@ from harbor_openenv.tasks.task import Task, TaskKind
 
 if TYPE_CHECKING:
     from harbor_openenv.episode.runtime import Runtime
-
-SERVER_EXTRA = "pip install 'harbor-openenv[server]'"
 
 
 class CheckError(HarborOpenEnvError):

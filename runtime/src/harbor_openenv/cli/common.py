@@ -13,6 +13,7 @@ from harbor_openenv.tasks.dataset import Dataset, find_tasks_root
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130
+SERVER_EXTRA = "pip install 'harbor-openenv[server]'"  # what check, images and serve need
 
 
 class UsageError(HarborOpenEnvError):

@@ -10,10 +10,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from harbor_openenv.cli.check import SERVER_EXTRA
 from harbor_openenv.cli.common import (
     EXIT_OK,
     EXIT_PROBLEMS,
+    SERVER_EXTRA,
     UsageError,
     open_dataset,
     print_table,

@@ -7,8 +7,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from harbor_openenv.cli.check import SERVER_EXTRA
-from harbor_openenv.cli.common import EXIT_OK, UsageError, open_dataset, server_settings
+from harbor_openenv.cli.common import (
+    EXIT_OK,
+    SERVER_EXTRA,
+    UsageError,
+    open_dataset,
+    server_settings,
+)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
