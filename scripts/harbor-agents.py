@@ -23,6 +23,8 @@ from typing import Any
 from unittest import mock
 
 from harbor.agents.installed.claude_code import ClaudeCode
+from harbor.agents.installed.gemini_cli import GeminiCli
+from harbor.agents.installed.qwen_code import QwenCode
 from harbor.models.agent.context import AgentContext
 
 # The placeholders the runtime replaces (harness/cached.py reads them from the table).
@@ -40,6 +42,22 @@ AGENTS: dict[str, tuple[type[Any], str, dict[str, str]]] = {
         {
             "ANTHROPIC_API_KEY": PLACEHOLDERS["api_key"],
             "ANTHROPIC_BASE_URL": PLACEHOLDERS["base_url"],
+        },
+    ),
+    "gemini-cli": (
+        GeminiCli,
+        f"gemini/{PLACEHOLDERS['model']}",
+        {
+            "GEMINI_API_KEY": PLACEHOLDERS["api_key"],
+            "GOOGLE_GEMINI_BASE_URL": PLACEHOLDERS["base_url"],
+        },
+    ),
+    "qwen-code": (
+        QwenCode,
+        f"openai/{PLACEHOLDERS['model']}",
+        {
+            "OPENAI_API_KEY": PLACEHOLDERS["api_key"],
+            "OPENAI_BASE_URL": PLACEHOLDERS["base_url"],
         },
     ),
 }

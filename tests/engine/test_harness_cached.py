@@ -18,16 +18,18 @@ from _server import ROOT, Server
 pytestmark = pytest.mark.docker
 
 EXAMPLES = ROOT / "examples" / "dataset" / "tasks"
-HARNESSES = ["claude-code"]
+HARNESSES = ["claude-code", "gemini-cli", "qwen-code"]
+NODE_HARNESSES = ["gemini-cli", "qwen-code"]  # on the cache's node: glibc's build only
 FIXES = {
     "hello-world": "printf 'Hello, world!\\n' > /app/hello.txt",
     "fix-sum-bug": "sed -i 's/range(1, len(numbers))/range(len(numbers))/' /app/sum_utils.py",
 }
 # Images that cannot run a build: busybox's shell and tools (a two-line `bash` that is
-# busybox's sh) with glibc's loader but no libc.so.6, or with no C library at all.
+# busybox's sh) with glibc's loader but no libc.so.6, with musl's C library (no Node build), or
+# with no C library at all.
 BUSYBOX = """\
 FROM debian:bookworm-slim AS tools
-RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends busybox-static
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends busybox-static musl
 FROM scratch AS busybox
 COPY --from=tools /bin/busybox /bin/busybox
 RUN ["/bin/busybox", "--install", "-s", "/bin"]
@@ -38,6 +40,7 @@ WORKDIR /app
 """
 IMAGES = {
     "glibc-loader": "COPY --from=tools /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 /lib64/\n",
+    "musl": "COPY --from=tools /usr/lib/x86_64-linux-musl/libc.so /lib/ld-musl-x86_64.so.1\n",
     "no-libc": "",
 }
 
@@ -107,14 +110,20 @@ def test_a_non_fix_gives_zero(srv, harness):
     assert outputs.split() == ["lo"], outputs
 
 
-@pytest.mark.parametrize(
-    ("task", "reason"),
-    [
-        ("hello-world-glibc-loader", "its linux-x64 build cannot load in this image:"),
-        ("hello-world-no-libc", "the image has no C library loader"),
-    ],
-)
-@pytest.mark.parametrize("harness", HARNESSES)
+UNFIT = [
+    (harness, "hello-world-glibc-loader", f"its linux-x64 build{of} cannot load in this image:")
+    for harness, of in (("claude-code", ""), *((name, " of node") for name in NODE_HARNESSES))
+]
+UNFIT += [
+    (harness, "hello-world-musl", "the harness cache holds no linux-x64-musl build for this musl")
+    for harness in NODE_HARNESSES
+]
+UNFIT += [
+    (harness, "hello-world-no-libc", "the image has no C library loader") for harness in HARNESSES
+]
+
+
+@pytest.mark.parametrize(("harness", "task", "reason"), UNFIT)
 def test_an_image_that_cannot_run_the_build_is_one_clear_error(srv, harness, task, reason):
     answer, model = rollout(srv, harness, task, [Say("Done.")], timeout_s=60)
     assert answer.reward is None and answer.done, answer
