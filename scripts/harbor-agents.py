@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 from unittest import mock
+
+# LiteLLM (under Harbor) fetches its model price table at import unless told to use its own copy.
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
 from harbor.agents.installed.claude_code import ClaudeCode
 from harbor.agents.installed.gemini_cli import GeminiCli
