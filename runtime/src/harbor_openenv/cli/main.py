@@ -204,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
         "names",
         nargs="*",
         metavar="NAME",
-        help="a harness, e.g. claude-code, or tmux (terminus-2's, from Debian's packages)",
+        help="a harness, e.g. claude-code, gemini-cli or qwen-code (these two fill node, their"
+        " runtime, too), or tmux (terminus-2's, from Debian's packages)",
     )
     fill.add_argument(
         "--platform",
