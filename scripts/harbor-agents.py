@@ -23,7 +23,9 @@ from typing import Any
 from unittest import mock
 
 from harbor.agents.installed.claude_code import ClaudeCode
+from harbor.agents.installed.opencode import OpenCode
 from harbor.models.agent.context import AgentContext
+from harbor.models.model_api_format import ModelApiFormat
 
 # The placeholders the runtime replaces (harness/cached.py reads them from the table).
 PLACEHOLDERS = {
@@ -42,6 +44,16 @@ AGENTS: dict[str, tuple[type[Any], str, dict[str, str]]] = {
             "ANTHROPIC_BASE_URL": PLACEHOLDERS["base_url"],
         },
     ),
+    "opencode": (
+        OpenCode,
+        f"openai/{PLACEHOLDERS['model']}",
+        {"OPENAI_API_KEY": PLACEHOLDERS["api_key"], "OPENAI_BASE_URL": PLACEHOLDERS["base_url"]},
+    ),
+}
+# Each class's further arguments: opencode speaks OpenAI chat (its config's openai-compatible
+# provider, which Harbor's class writes), not its openai provider's Responses API.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "opencode": {"model_api_format": ModelApiFormat.OPENAI_CHAT_COMPLETIONS},
 }
 
 
@@ -62,7 +74,7 @@ class Recorder:
         return nothing
 
 
-def record(cls: type[Any], model: str, env: dict[str, str]) -> list[dict[str, Any]]:
+def record(cls: type[Any], model: str, env: dict[str, str], **options: Any) -> list[dict[str, Any]]:
     """What ``cls(...).run()`` executes, in order (its random names made fixed)."""
     recorder = Recorder()
     fixed = uuid.UUID(int=0)
@@ -70,7 +82,7 @@ def record(cls: type[Any], model: str, env: dict[str, str]) -> list[dict[str, An
         tempfile.TemporaryDirectory() as logs,
         mock.patch.object(uuid, "uuid4", return_value=fixed),
     ):
-        agent = cls(logs_dir=Path(logs), model_name=model, extra_env=env)
+        agent = cls(logs_dir=Path(logs), model_name=model, extra_env=env, **options)
         asyncio.run(agent.run(PLACEHOLDERS["instruction"], recorder, AgentContext()))
     return recorder.calls
 
@@ -81,7 +93,7 @@ def main() -> int:
     table = {
         "harbor": getattr(harbor, "__version__", "unknown"),
         "placeholders": PLACEHOLDERS,
-        "agents": {name: record(*spec) for name, spec in AGENTS.items()},
+        "agents": {name: record(*spec, **OPTIONS.get(name, {})) for name, spec in AGENTS.items()},
     }
     json.dump(table, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

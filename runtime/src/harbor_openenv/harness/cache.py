@@ -7,11 +7,12 @@ Layout on the host (``HARBOR_OPENENV_HARNESS_CACHE``)::
     CACHE/<harness>/<platform>/bin/<entry>   one folder per npm platform filled:
                                              linux-x64, linux-x64-musl, linux-arm64, ...
 
-A harness that ships self-contained builds (claude-code: a Bun build per platform, glibc and
-musl) needs nothing else. The server puts the cache's builds for its engine's architecture into
-the helper's volume once (:meth:`HarnessCache.volume_archive`), mounted read-only at
-``/.harbor-openenv/harnesses`` in every container: nothing is uploaded per episode, no network is
-used at episode time and nothing there can be written by the agent (a read-only volume mount).
+A harness that ships self-contained builds (claude-code and opencode: a Bun build per platform,
+glibc and musl) needs nothing else. The server puts the cache's builds for its engine's
+architecture into the helper's volume once (:meth:`HarnessCache.volume_archive`), mounted
+read-only at ``/.harbor-openenv/harnesses`` in every container: nothing is uploaded per episode,
+no network is used at episode time and nothing there can be written by the agent (a read-only
+volume mount).
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ BUILDS = {
             files={"package/claude": "bin/claude"},
             platforms=("linux-x64", "linux-x64-musl", "linux-arm64", "linux-arm64-musl"),
             entry="bin/claude",
+        ),
+        Build(
+            name="opencode",
+            package="opencode-{platform}",
+            version="1.18.18",
+            files={"package/bin/opencode": "bin/opencode"},
+            platforms=("linux-x64", "linux-x64-musl", "linux-arm64", "linux-arm64-musl"),
+            entry="bin/opencode",
         ),
     )
 }

@@ -18,6 +18,7 @@ port replaces with the session's on the server's side.
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from .keyed_port import KeyedPort, target_of
 
 PORT = 4181  # the relayed port inside the container
 LOG_BYTES = 64 << 10  # the tail of the harness's output a result keeps
+INSTRUCTION = "HARBOR_OPENENV_INSTRUCTION"  # the variable a command line takes it from
+# A model name a recorded command line may hold as it is (in a quoted config, a --model flag).
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
 _TABLE = "harbor_agents.json"
 
 # Finds the build for the container (as root): $1 the harness's folder, $2 its entry. Prints
@@ -82,6 +86,7 @@ class Dialect:
 
 
 ANTHROPIC = Dialect("anthropic", "")
+OPENAI_CHAT = Dialect("openai", "/v1")
 
 
 class CachedHarness:
@@ -117,7 +122,7 @@ class CachedHarness:
                 output = ""
                 for step in self.steps:
                     result = sandbox.exec(
-                        f'export PATH="{folder}/bin:$PATH"; {step["command"]}',
+                        f'export PATH="{folder}/bin:$PATH"; {self.command(step["command"], run)}',
                         env=self.environment(step["env"], run),
                         user=run.user,
                         workdir=run.workdir,
@@ -151,17 +156,38 @@ class CachedHarness:
             raise HarnessError(f"{self.name} cannot run in this container: {reason}")
         return found.output.strip()
 
+    def relayed_url(self, run: HarnessRun) -> str:
+        """The model's base URL inside the container, in the dialect's form."""
+        path = urlsplit(run.model.base_url).path.rstrip("/") if self.dialect.path else ""
+        return f"http://127.0.0.1:{self.port}{path}"
+
     def environment(self, env: dict[str, str], run: HarnessRun) -> dict[str, str]:
         """A step's environment as Harbor set it, its placeholders replaced: the model's name,
         the relayed URL and the instruction (the key stays a placeholder: the keyed port sets
-        the real one outside the container)."""
-        path = urlsplit(run.model.base_url).path.rstrip("/") if self.dialect.path else ""
+        the real one outside the container); the instruction also in :data:`INSTRUCTION`."""
         values = {
             self.placeholders["model"]: run.model.model,
-            self.placeholders["base_url"]: f"http://127.0.0.1:{self.port}{path}",
+            self.placeholders["base_url"]: self.relayed_url(run),
             self.placeholders["instruction"]: run.instruction,
         }
-        return {name: values.get(value, value) for name, value in env.items()}
+        replaced = {name: values.get(value, value) for name, value in env.items()}
+        return {**replaced, INSTRUCTION: run.instruction}
+
+    def command(self, command: str, run: HarnessRun) -> str:
+        """A step's command line with its placeholders replaced (opencode's has them in the
+        config it writes and in its arguments): the relayed URL, the model's name (one that
+        needs no shell quoting) and the instruction as one word from :data:`INSTRUCTION`."""
+        model = self.placeholders["model"]
+        if model in command and not _MODEL_NAME.fullmatch(run.model.model):
+            raise HarnessError(
+                f"{self.name} takes the model's name on its command line: {run.model.model!r}"
+                " has characters other than letters, digits and ._:/@+-"
+            )
+        return (
+            command.replace(self.placeholders["base_url"], self.relayed_url(run))
+            .replace(model, run.model.model)
+            .replace(self.placeholders["instruction"], f'"${INSTRUCTION}"')
+        )
 
 
 def claude_failure(output: str) -> str | None:
@@ -178,10 +204,35 @@ def claude_failure(output: str) -> str | None:
     return "claude-code reported no result"
 
 
+def opencode_failure(output: str) -> str | None:
+    """The errors opencode's ``--format=json`` events reported (as Harbor's class reads them),
+    or that it reported no event at all."""
+    events = []
+    for line in output.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and "type" in event:
+            events.append(event)
+    if not events:
+        return "opencode reported no event"
+    messages = []
+    for event in events:
+        if event["type"] == "error":
+            error = event.get("error")
+            data = error.get("data") if isinstance(error, dict) else None
+            message = data.get("message") if isinstance(data, dict) else None
+            name = error.get("name") if isinstance(error, dict) else None
+            messages.append(str(message or name or error))
+    return "; ".join(messages[:3]) or None
+
+
 # The cache's harnesses: each one's dialect (the capture proxy's matching one) and how its
 # output reports an error.
 KINDS: dict[str, tuple[Dialect, Callable[[str], str | None]]] = {
     "claude-code": (ANTHROPIC, claude_failure),  # Anthropic Messages
+    "opencode": (OPENAI_CHAT, opencode_failure),  # OpenAI chat (its openai-compatible provider)
 }
 
 

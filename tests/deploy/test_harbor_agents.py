@@ -1,0 +1,44 @@
+"""The recorded table of Harbor's agents (harness/harbor_agents.json) is what the installed Harbor
+0.25 runs: scripts/harbor-agents.py, run in Harbor's venv, prints it again byte for byte."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from _interop import HARBOR_VENV
+from _server import ROOT
+
+TABLE = ROOT / "runtime" / "src" / "harbor_openenv" / "harness" / "harbor_agents.json"
+
+
+def test_the_committed_table_is_what_harbor_runs():
+    printed = subprocess.run(
+        [str(HARBOR_VENV / "bin" / "python"), str(ROOT / "scripts" / "harbor-agents.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    assert printed == TABLE.read_text(), "regenerate it: see scripts/harbor-agents.py"
+    table = json.loads(printed)
+    assert table["harbor"].startswith("0.25.")
+    from harbor_openenv.harness.cache import BUILDS
+
+    assert set(table["agents"]) == set(BUILDS)  # every cached harness has Harbor's commands
+
+
+def test_opencode_is_given_an_openai_chat_provider_at_the_placeholder_url():
+    table = json.loads(TABLE.read_text())
+    placeholders = table["placeholders"]
+    config, run = table["agents"]["opencode"]
+    written = json.loads(config["command"].split("echo '", 1)[1].rsplit("' >", 1)[0])
+    provider = written["provider"]["openai"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"] == {
+        "baseURL": placeholders["base_url"],
+        "apiKey": "{env:OPENAI_API_KEY}",
+    }
+    assert run["env"]["OPENAI_API_KEY"] == placeholders["api_key"]
+    assert f"opencode --model=openai/{placeholders['model']} run --format=json" in run["command"]
+    assert f"-- {placeholders['instruction']} " in run["command"]
