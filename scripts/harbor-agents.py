@@ -46,12 +46,13 @@ AGENTS: dict[str, tuple[type[Any], str, dict[str, str]]] = {
     ),
     "opencode": (
         OpenCode,
-        f"openai/{PLACEHOLDERS['model']}",
+        f"vllm/{PLACEHOLDERS['model']}",
         {"OPENAI_API_KEY": PLACEHOLDERS["api_key"], "OPENAI_BASE_URL": PLACEHOLDERS["base_url"]},
     ),
 }
-# Each class's further arguments: opencode speaks OpenAI chat (its config's openai-compatible
-# provider, which Harbor's class writes), not its openai provider's Responses API.
+# Each class's further arguments: opencode speaks OpenAI chat through the openai-compatible
+# provider Harbor's class writes into its config, named vllm (opencode's own openai provider
+# would call the Responses API).
 OPTIONS: dict[str, dict[str, Any]] = {
     "opencode": {"model_api_format": ModelApiFormat.OPENAI_CHAT_COMPLETIONS},
 }

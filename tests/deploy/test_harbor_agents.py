@@ -33,12 +33,12 @@ def test_opencode_is_given_an_openai_chat_provider_at_the_placeholder_url():
     placeholders = table["placeholders"]
     config, run = table["agents"]["opencode"]
     written = json.loads(config["command"].split("echo '", 1)[1].rsplit("' >", 1)[0])
-    provider = written["provider"]["openai"]
+    provider = written["provider"]["vllm"]
     assert provider["npm"] == "@ai-sdk/openai-compatible"
     assert provider["options"] == {
         "baseURL": placeholders["base_url"],
         "apiKey": "{env:OPENAI_API_KEY}",
     }
     assert run["env"]["OPENAI_API_KEY"] == placeholders["api_key"]
-    assert f"opencode --model=openai/{placeholders['model']} run --format=json" in run["command"]
+    assert f"opencode --model=vllm/{placeholders['model']} run --format=json" in run["command"]
     assert f"-- {placeholders['instruction']} " in run["command"]

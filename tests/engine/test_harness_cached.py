@@ -18,7 +18,7 @@ from _server import ROOT, Server
 pytestmark = pytest.mark.docker
 
 EXAMPLES = ROOT / "examples" / "dataset" / "tasks"
-HARNESSES = ["claude-code"]
+HARNESSES = ["claude-code", "opencode"]
 FIXES = {
     "hello-world": "printf 'Hello, world!\\n' > /app/hello.txt",
     "fix-sum-bug": "sed -i 's/range(1, len(numbers))/range(len(numbers))/' /app/sum_utils.py",
@@ -86,11 +86,13 @@ def test_the_harness_fixes_the_task_with_each_turns_tokens(srv, harness, task):
     captured = answer.info["rollout"]
     assert captured["harness"] == harness and captured["status"] == "completed", captured
     turns = captured["turns"]
-    assert len(turns) == len(model.sent) == 2
-    assert [t["prompt_token_ids"] for t in turns] == [s["prompt_token_ids"] for s in model.sent]
-    assert [t["completion_token_ids"] for t in turns] == [
-        s["completion_token_ids"] for s in model.sent
-    ]
+    assert len(model.requests) == 2  # the script's turns; a side call (a title) is one more
+    assert len(turns) == len(model.sent) >= 2
+
+    def ids(items):  # a side call runs beside the first turn: compared in no order
+        return sorted((t["prompt_token_ids"], t["completion_token_ids"]) for t in items)
+
+    assert ids(turns) == ids(model.sent)
     assert all(len(t["logprobs"]) == len(t["completion_token_ids"]) for t in turns)
 
 
