@@ -36,6 +36,9 @@ from .keyed_port import KeyedPort, target_of
 PORT = 4181  # the relayed port inside the container
 LOG_BYTES = 64 << 10  # the tail of the harness's output a result keeps
 INSTRUCTION = "HARBOR_OPENENV_INSTRUCTION"  # the variable a command line takes it from
+# An agent user without a writable home (nobody's /nonexistent) gets one beside Harbor's logs,
+# where the config files Harbor's commands write (opencode's ~/.config/opencode) can go.
+HOME = '[ -w "$HOME" ] || { export HOME=/logs/agent/home; mkdir -p "$HOME"; }'
 # A model name a recorded command line may hold as it is (in a quoted config, a --model flag).
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
 _TABLE = "harbor_agents.json"
@@ -122,7 +125,8 @@ class CachedHarness:
                 output = ""
                 for step in self.steps:
                     result = sandbox.exec(
-                        f'export PATH="{folder}/bin:$PATH"; {self.command(step["command"], run)}',
+                        f'export PATH="{folder}/bin:$PATH"; {HOME}; '
+                        + self.command(step["command"], run),
                         env=self.environment(step["env"], run),
                         user=run.user,
                         workdir=run.workdir,
