@@ -17,7 +17,6 @@ Python (the README's ``pip install copier`` is then a no-op instead of a system-
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -29,41 +28,14 @@ import pytest
 import yaml
 from _remote import remote_engine
 from _server import CODEX_PLATFORMS, CODEX_VERSION
-from _template_helpers import REPO, commit_all, git
+from _template_helpers import REPO, VENV_BIN, commit_all, git, readme_block, shell
 
 pytestmark = pytest.mark.docker
 
 TOKEN = "road-" + uuid.uuid4().hex[:12]
 # One name for both routes: the same pyproject.toml, so the second build reuses the first's layers.
 NAME = f"road-{uuid.uuid4().hex[:8]}-env"
-VENV_BIN = REPO / ".venv" / "bin"
 TASK_PLACEHOLDER = '"<a task id: its folder under tasks/>"'
-
-
-def readme_block(text: str, name: str) -> str:
-    """The fenced block right after ``<!-- harbor-openenv:road:NAME -->``."""
-    found = re.search(
-        rf"<!-- harbor-openenv:road:{re.escape(name)} -->\n```[a-z]*\n(.*?)\n```", text, re.DOTALL
-    )
-    assert found, f"no block marked harbor-openenv:road:{name}"
-    return found.group(1)
-
-
-def shell(script: str, cwd: Path, timeout: float = 900, **env: str) -> str:
-    """Run ``script`` with bash as a user's shell would (this venv first on PATH); its output."""
-    environ = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", **env}
-    environ.pop("VIRTUAL_ENV", None)
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=cwd,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"$ {script}\n{output[-4000:]}"
-    return output
 
 
 def free_port() -> int:
@@ -408,7 +380,8 @@ def test_harness_rollouts_route(checkout, docker_client, monkeypatch):
             server.kill()
         remove_containers_of(name)
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)
-    print(f"harness route: fill + offline build {built:.0f} s, all {time.monotonic() - started:.0f} s")
+    total = time.monotonic() - started
+    print(f"harness route: fill + offline build {built:.0f} s, all {total:.0f} s")
 
 
 def test_the_dev_command_needs_no_engine_and_serves_the_docs(tmp_path):
