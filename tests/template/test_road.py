@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from _engines import Engine
 from _remote import remote_engine
 from _server import CODEX_PLATFORMS, CODEX_VERSION
 from _template_helpers import REPO, VENV_BIN, commit_all, git, readme_block, shell
@@ -189,6 +190,35 @@ def test_compose_route(checkout):
     assert not subprocess.run(
         ["git", "status", "--porcelain", "--", ".env"], cwd=env, capture_output=True, text=True
     ).stdout, ".env is not ignored by git"
+
+
+def test_the_offline_image_transfer(checkout, tmp_path):
+    """The rendered README's `docker save` / `docker load` of the base image, then its offline
+    build, against an engine that has no image at all (a `dockerd` of its own,
+    tests/support/_engines.py): the machine's engine is the "connected machine" (its `docker
+    pull` left out: nothing can be pulled here, and the image is already on it, which is all the
+    pull ensures)."""
+    port, name = free_port(), f"road-{uuid.uuid4().hex[:8]}-offline"
+    env = render(checkout, port, name)
+    readme = (env / "README.md").read_text()
+    save = readme_block(readme, "base-image-save")
+    base_image = yaml.safe_load((env / ".copier-answers.yml").read_text())["base_image"]
+    pull = f"docker pull {base_image} && "
+    assert save.startswith(pull), save
+    shell(save.removeprefix(pull), cwd=env)
+    assert (env / "base-image.tar").stat().st_size > 10e6
+    engine = Engine("offline")
+    try:
+        assert engine.client is not None and engine.client.images.list() == []
+        here = {"DOCKER_HOST": engine.host}
+        shell(readme_block(readme, "base-image-load"), cwd=env, **here)
+        assert [i.tags for i in engine.client.images.list()] == [[base_image]]
+        (env / "base-image.tar").unlink()
+        output = shell(readme_block(readme, "build-offline"), cwd=env, **here)
+        assert "installed from wheels/ only" in output
+        assert engine.client.images.get(name).attrs["Config"]["Cmd"][0] == "uvicorn"
+    finally:
+        engine.stop()
 
 
 def test_docker_route_and_update(checkout):
@@ -402,9 +432,10 @@ def test_the_dev_command_needs_no_engine_and_serves_the_docs(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert ".venv is ready" in result.stdout
-    assert "(`.venv/bin/mkdocs serve` to read it, after\n`bash scripts/dev`" in (
-        REPO / "README.md"
-    ).read_text()
+    assert (
+        "(`.venv/bin/mkdocs serve` to read it, after\n`bash scripts/dev`"
+        in (REPO / "README.md").read_text()
+    )
     port = free_port()
     server = subprocess.Popen(
         [str(clone / ".venv/bin/mkdocs"), "serve", "-a", f"127.0.0.1:{port}"],
