@@ -102,7 +102,9 @@ def rendered(tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("rendered") / "example-env"
     command = [sys.executable, "-m", "copier", "copy", "--trust", "--defaults"]
     command += ["--vcs-ref", "HEAD", str(ROOT), str(dest)]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    # (the copy builds the runtime's wheel, its helper compiled for two architectures: minutes on a
+    # loaded 2-core machine)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr
     return dest
 
