@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import uuid
@@ -22,7 +23,12 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+# LiteLLM (under Harbor) fetches its model price table at import unless told to use its own copy.
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
 from harbor.agents.installed.claude_code import ClaudeCode
+from harbor.agents.installed.gemini_cli import GeminiCli
+from harbor.agents.installed.qwen_code import QwenCode
 from harbor.models.agent.context import AgentContext
 
 # The placeholders the runtime replaces (harness/cached.py reads them from the table).
@@ -40,6 +46,22 @@ AGENTS: dict[str, tuple[type[Any], str, dict[str, str]]] = {
         {
             "ANTHROPIC_API_KEY": PLACEHOLDERS["api_key"],
             "ANTHROPIC_BASE_URL": PLACEHOLDERS["base_url"],
+        },
+    ),
+    "gemini-cli": (
+        GeminiCli,
+        f"gemini/{PLACEHOLDERS['model']}",
+        {
+            "GEMINI_API_KEY": PLACEHOLDERS["api_key"],
+            "GOOGLE_GEMINI_BASE_URL": PLACEHOLDERS["base_url"],
+        },
+    ),
+    "qwen-code": (
+        QwenCode,
+        f"openai/{PLACEHOLDERS['model']}",
+        {
+            "OPENAI_API_KEY": PLACEHOLDERS["api_key"],
+            "OPENAI_BASE_URL": PLACEHOLDERS["base_url"],
         },
     ),
 }

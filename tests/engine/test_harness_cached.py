@@ -8,6 +8,7 @@ one clear error, before the harness starts."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 
@@ -18,16 +19,21 @@ from _server import ROOT, Server
 pytestmark = pytest.mark.docker
 
 EXAMPLES = ROOT / "examples" / "dataset" / "tasks"
-HARNESSES = ["claude-code"]
+HARNESSES = ["claude-code", "gemini-cli", "qwen-code"]
+NODE_HARNESSES = ["gemini-cli", "qwen-code"]  # on the cache's node: glibc's build only
 FIXES = {
     "hello-world": "printf 'Hello, world!\\n' > /app/hello.txt",
-    "fix-sum-bug": "sed -i 's/range(1, len(numbers))/range(len(numbers))/' /app/sum_utils.py",
+    # not `sed -i`: qwen-code's shell tool refuses an in-place edit of a file its read_file tool
+    # has not read in the session
+    "fix-sum-bug": "python3 -c \"import pathlib; p = pathlib.Path('/app/sum_utils.py'); "
+    "p.write_text(p.read_text().replace('range(1, len(numbers))', 'range(len(numbers))'))\"",
 }
 # Images that cannot run a build: busybox's shell and tools (a two-line `bash` that is
-# busybox's sh) with glibc's loader but no libc.so.6, or with no C library at all.
+# busybox's sh) with glibc's loader but no libc.so.6, with musl's C library (no Node build), or
+# with no C library at all.
 BUSYBOX = """\
 FROM debian:bookworm-slim AS tools
-RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends busybox-static
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends busybox-static musl
 FROM scratch AS busybox
 COPY --from=tools /bin/busybox /bin/busybox
 RUN ["/bin/busybox", "--install", "-s", "/bin"]
@@ -38,6 +44,7 @@ WORKDIR /app
 """
 IMAGES = {
     "glibc-loader": "COPY --from=tools /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 /lib64/\n",
+    "musl": "COPY --from=tools /usr/lib/x86_64-linux-musl/libc.so /lib/ld-musl-x86_64.so.1\n",
     "no-libc": "",
 }
 
@@ -77,12 +84,20 @@ def rollout(srv, harness, task, script, *, timeout_s=240):
     return answer, model
 
 
+def tool_outputs(model) -> str:
+    """What the harness's tool calls returned to the model, in the harness's own wording."""
+    return " ".join(
+        str(m.get("content")) for r in model.requests for m in r["messages"] if m["role"] == "tool"
+    )
+
+
 @pytest.mark.parametrize("task", sorted(FIXES))
 @pytest.mark.parametrize("harness", HARNESSES)
 def test_the_harness_fixes_the_task_with_each_turns_tokens(srv, harness, task):
     answer, model = rollout(srv, harness, task, [Call(FIXES[task]), Say("Fixed.")])
     assert answer.error is None, (answer.error, answer.info["rollout"])
-    assert (answer.action_type, answer.done, answer.reward) == ("rollout", True, 1.0)
+    outcome = (answer.action_type, answer.done, answer.reward)
+    assert outcome == ("rollout", True, 1.0), tool_outputs(model)
     captured = answer.info["rollout"]
     assert captured["harness"] == harness and captured["status"] == "completed", captured
     turns = captured["turns"]
@@ -96,25 +111,31 @@ def test_the_harness_fixes_the_task_with_each_turns_tokens(srv, harness, task):
 
 @pytest.mark.parametrize("harness", HARNESSES)
 def test_a_non_fix_gives_zero(srv, harness):
-    script = [Call("ls /sys/class/net; echo hello > /app/other.txt"), Say("Done.")]
+    # no command substitution: gemini-cli's shell tool refuses $(...)
+    listing = "ls /sys/class/net | sed 's/^/net=/'"
+    script = [Call(f"{listing}; echo hello > /app/other.txt"), Say("Done.")]
     answer, model = rollout(srv, harness, "hello-world", script)
     assert (answer.error, answer.reward) == (None, 0.0), answer
     assert answer.info["rollout"]["status"] == "completed"
     # what the command saw: loopback only, no network interface
-    outputs = " ".join(
-        str(m.get("content")) for r in model.requests for m in r["messages"] if m["role"] == "tool"
-    )
-    assert outputs.split() == ["lo"], outputs
+    outputs = tool_outputs(model)
+    assert re.findall(r"net=(\w+)", outputs) == ["lo"], outputs
 
 
-@pytest.mark.parametrize(
-    ("task", "reason"),
-    [
-        ("hello-world-glibc-loader", "its linux-x64 build cannot load in this image:"),
-        ("hello-world-no-libc", "the image has no C library loader"),
-    ],
-)
-@pytest.mark.parametrize("harness", HARNESSES)
+UNFIT = [
+    (harness, "hello-world-glibc-loader", f"its linux-x64 build{of} cannot load in this image:")
+    for harness, of in (("claude-code", ""), *((name, " of node") for name in NODE_HARNESSES))
+]
+UNFIT += [
+    (harness, "hello-world-musl", "the harness cache holds no linux-x64-musl build for this musl")
+    for harness in NODE_HARNESSES
+]
+UNFIT += [
+    (harness, "hello-world-no-libc", "the image has no C library loader") for harness in HARNESSES
+]
+
+
+@pytest.mark.parametrize(("harness", "task", "reason"), UNFIT)
 def test_an_image_that_cannot_run_the_build_is_one_clear_error(srv, harness, task, reason):
     answer, model = rollout(srv, harness, task, [Say("Done.")], timeout_s=60)
     assert answer.reward is None and answer.done, answer

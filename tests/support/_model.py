@@ -37,6 +37,7 @@ SHELL_TOOLS = {
     "bash": lambda command: {"command": command},
     "Bash": lambda command: {"command": command},  # Claude Code
     "exec": lambda command: {"command": command},
+    "run_shell_command": lambda command: {"command": command},  # gemini-cli, qwen-code
 }
 
 

@@ -614,7 +614,10 @@ def cmd_harnesses_fill(args: argparse.Namespace) -> int:
     from harbor_openenv.harness.base import HarnessError
     from harbor_openenv.harness.cache import BUILDS, RUNTIMES, fill, host_platforms
 
-    names = args.names or sorted([*BUILDS, *RUNTIMES])
+    # all: a runtime (node) before the harnesses on it, which then find it filled
+    names = args.names or sorted(
+        [*BUILDS, *RUNTIMES], key=lambda name: (name in BUILDS and bool(BUILDS[name].runtime), name)
+    )
     try:
         platforms = tuple(args.platform or host_platforms(platform.machine()))
         for name in names:
@@ -811,7 +814,8 @@ def build_parser() -> argparse.ArgumentParser:
         "names",
         nargs="*",
         metavar="NAME",
-        help="a harness, e.g. claude-code, or tmux (terminus-2's, from Debian's packages)",
+        help="a harness, e.g. claude-code, gemini-cli or qwen-code (these two fill node, their"
+        " runtime, too), or tmux (terminus-2's, from Debian's packages)",
     )
     fill.add_argument(
         "--platform",

@@ -8,7 +8,15 @@ Layout on the host (``HARBOR_OPENENV_HARNESS_CACHE``)::
                                              linux-x64, linux-x64-musl, linux-arm64, ...
 
 A harness that ships self-contained builds (claude-code: a Bun build per platform, glibc and
-musl) needs nothing else. The server puts the cache's builds for its engine's architecture into
+musl) needs nothing else. A Node harness (gemini-cli, qwen-code: bundled JavaScript, no
+``node_modules``) runs on the cache's ``node``, Node's official build from npm's ``node-linux-*``
+packages (glibc only: npm has no musl build), through a launcher its fill writes::
+
+    CACHE/node/<platform>/bin/node
+    CACHE/<harness>/<platform>/lib/...       the harness's npm package, as packed
+    CACHE/<harness>/<platform>/bin/<command> exec ../../node/<platform>/bin/node lib/<script>
+
+The server puts the cache's builds for its engine's architecture into
 the helper's volume once (:meth:`HarnessCache.volume_archive`), mounted read-only at
 ``/.harbor-openenv/harnesses`` in every container: nothing is uploaded per episode, no network is
 used at episode time and nothing there can be written by the agent (a read-only volume mount).
@@ -34,13 +42,22 @@ from .portable import fill_tmux_cache
 MOUNTED = f"{MOUNT_DIR}/harnesses"  # in the container: MOUNTED/<harness>/<platform>/...
 MANIFEST = "harness.json"
 ARCHES = {"x86_64": "x64", "aarch64": "arm64"}  # uname -m -> npm's architecture name
+NODE_PLATFORMS = ("linux-x64", "linux-arm64")  # Node's official builds: glibc only
+_LAUNCHER = """#!/bin/sh
+# {name} {version} on the harness cache's node (harbor-openenv)
+here=$(dirname "$0")/..
+exec "$here/../../{runtime}/{platform}/{entry}" "$here/{script}" "$@"
+"""
 
 
 @dataclass(frozen=True)
 class Build:
     """How one harness is filled from npm: ``package`` (``{platform}`` in it) at ``version``,
-    from which ``files`` (member of the npm pack -> path in the platform's folder) are kept; it
-    ships builds for ``platforms``; it runs ``entry`` (a path in the platform's folder)."""
+    from which ``files`` (member of the npm pack -> path in the platform's folder; a member
+    ending in ``/`` keeps that folder) are kept; it ships builds for ``platforms``; it runs
+    ``entry`` (a path in the platform's folder). A harness with a ``runtime`` (a build of this
+    table: ``node``) is a ``script`` in its folder that runs on it; its ``entry`` is the launcher
+    the fill writes, and the runtime's entry is what must load in the image."""
 
     name: str
     package: str
@@ -48,6 +65,8 @@ class Build:
     files: dict[str, str]
     platforms: tuple[str, ...]
     entry: str
+    runtime: str | None = None
+    script: str | None = None
 
     def spec(self, platform: str) -> str:
         return f"{self.package.format(platform=platform)}@{self.version}"
@@ -63,6 +82,36 @@ BUILDS = {
             files={"package/claude": "bin/claude"},
             platforms=("linux-x64", "linux-x64-musl", "linux-arm64", "linux-arm64-musl"),
             entry="bin/claude",
+        ),
+        # Node's official builds (glibc): the Node harnesses' runtime. 22 is the major Harbor's
+        # agents install (harbor.agents.installed.node_install).
+        Build(
+            name="node",
+            package="node-{platform}",
+            version="22.23.5",
+            files={"package/bin/node": "bin/node", "package/LICENSE": "LICENSE"},
+            platforms=NODE_PLATFORMS,
+            entry="bin/node",
+        ),
+        Build(
+            name="gemini-cli",
+            package="@google/gemini-cli",
+            version="0.61.0",
+            files={"package/": "lib/"},
+            platforms=NODE_PLATFORMS,
+            entry="bin/gemini",
+            runtime="node",
+            script="lib/bundle/gemini.js",
+        ),
+        Build(
+            name="qwen-code",
+            package="@qwen-code/qwen-code",
+            version="0.24.4",
+            files={"package/": "lib/"},
+            platforms=NODE_PLATFORMS,
+            entry="bin/qwen",
+            runtime="node",
+            script="lib/cli-entry.js",
         ),
     )
 }
@@ -118,6 +167,8 @@ def fill(root: Path, name: str, platforms: tuple[str, ...]) -> dict[str, int]:
             pack = Path(scratch) / packed.stdout.strip().splitlines()[-1]
             _unpack(pack, build.files, target)
             pack.unlink()
+            if build.runtime is not None:
+                _launcher(build, platform, target)
             sizes[platform] = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
@@ -129,25 +180,66 @@ def fill(root: Path, name: str, platforms: tuple[str, ...]) -> dict[str, int]:
         "packages": {platform: build.spec(platform) for platform in wanted},
     }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    if build.runtime is not None and not filled(root, BUILDS[build.runtime]):
+        fill(root, build.runtime, platforms)  # the runtime it runs on, once
     return sizes
 
 
+def filled(root: Path, build: Build) -> bool:
+    """Whether ``root`` holds ``build`` at its pinned version."""
+    manifest = root / build.name / MANIFEST
+    try:
+        return bool(json.loads(manifest.read_text()).get("version") == build.version)
+    except (OSError, ValueError):
+        return False
+
+
 def _unpack(pack: Path, files: dict[str, str], target: Path) -> None:
-    """The members ``files`` names out of the npm pack ``pack``, into ``target``."""
+    """The members ``files`` names out of the npm pack ``pack``, into ``target``: a file, or
+    (a name ending in ``/``) every regular file under a folder (an npm pack holds no links)."""
     with tarfile.open(pack) as tar:
+        members = {info.name: info for info in tar.getmembers() if info.isfile()}
         for member, path in files.items():
-            try:
-                info = tar.getmember(member)
-                source = tar.extractfile(info)
-            except KeyError:
-                source = None
-            if source is None:
+            if member.endswith("/"):
+                kept = {
+                    name: path + name.removeprefix(member)
+                    for name in members
+                    if name.startswith(member) and ".." not in name.split("/")
+                }
+            else:
+                kept = {member: path} if member in members else {}
+            if not kept:
                 raise HarnessError(f"{pack.name} has no file {member}")
-            destination = target / path
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            with source, open(destination, "wb") as out:
-                shutil.copyfileobj(source, out)
-            destination.chmod(0o755 if info.mode & 0o111 else 0o644)
+            for name, where in kept.items():
+                info = members[name]
+                source = tar.extractfile(info)
+                if source is None:
+                    raise HarnessError(f"{pack.name}: {name} cannot be read")
+                destination = target / where
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                with source, open(destination, "wb") as out:
+                    shutil.copyfileobj(source, out)
+                destination.chmod(0o755 if info.mode & 0o111 else 0o644)
+
+
+def _launcher(build: Build, platform: str, target: Path) -> None:
+    """The launcher ``build.entry`` in ``target``: its script on its runtime's build."""
+    runtime = BUILDS[build.runtime] if build.runtime else None
+    if runtime is None or build.script is None or not (target / build.script).is_file():
+        raise HarnessError(f"{build.name}: no script {build.script} to run on {build.runtime}")
+    launcher = target / build.entry
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    launcher.write_text(
+        _LAUNCHER.format(
+            name=build.name,
+            version=build.version,
+            runtime=runtime.name,
+            platform=platform,
+            entry=runtime.entry,
+            script=build.script,
+        )
+    )
+    launcher.chmod(0o755)
 
 
 class HarnessCache:

@@ -18,6 +18,8 @@ port replaces with the session's on the server's side.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,8 +38,9 @@ PORT = 4181  # the relayed port inside the container
 LOG_BYTES = 64 << 10  # the tail of the harness's output a result keeps
 _TABLE = "harbor_agents.json"
 
-# Finds the build for the container (as root): $1 the harness's folder, $2 its entry. Prints
-# the platform folder, or one line saying why the image cannot run it (exit 3).
+# Finds the build for the container (as root): $1 the harness's folder, $2 its entry, and what
+# must load in the image: $3 the folder of its runtime (node; else $1) and $4 that one's entry
+# (else $2). Prints the platform folder, or one line saying why the image cannot run it (exit 3).
 PROBE = r"""
 m=$(uname -m)
 case $m in
@@ -53,12 +56,13 @@ if [ ! -d "$1" ]; then
   echo "the harness cache is not in this container (the server's HARBOR_OPENENV_HARNESS_CACHE)"
   exit 3
 fi
-b="$1/$p/$2"
-if [ ! -x "$b" ]; then
+b="$1/$p/$2" x="${3:-$1}/$p/${4:-$2}"
+if [ ! -x "$b" ] || [ ! -x "$x" ]; then
   echo "the harness cache holds no $p build for this $libc image"; exit 3
 fi
-if ! out=$("$l" --list "$b" 2>&1); then
-  echo "its $p build cannot load in this image: $(echo "$out" | grep -v '=> /' | tr '\n' ' ')"
+if ! out=$("$l" --list "$x" 2>&1); then
+  why=$(echo "$out" | grep -v '=> /' | tr '\n' ' ')
+  echo "its $p build${3:+ of $(basename "$3")} cannot load in this image: $why"
   exit 3
 fi
 echo "$1/$p"
@@ -82,6 +86,8 @@ class Dialect:
 
 
 ANTHROPIC = Dialect("anthropic", "")
+GOOGLE = Dialect("google", "")
+OPENAI = Dialect("openai", "/v1")
 
 
 class CachedHarness:
@@ -117,7 +123,7 @@ class CachedHarness:
                 output = ""
                 for step in self.steps:
                     result = sandbox.exec(
-                        f'export PATH="{folder}/bin:$PATH"; {step["command"]}',
+                        f'export PATH="{folder}/bin:$PATH"; {self.command(step["command"], run)}',
                         env=self.environment(step["env"], run),
                         user=run.user,
                         workdir=run.workdir,
@@ -133,7 +139,7 @@ class CachedHarness:
         if result.timed_out:
             error = f"{self.name} ran past its {run.budget.timeout_s:g} s"
             return HarnessResult("timeout", error=error, log=log)
-        failure = self._failure(result.output)
+        failure = self._failure(output)
         if result.exit_code == 0 and failure is None:
             return HarnessResult("completed", log=log)
         error = failure or f"{self.name} exited with code {result.exit_code}"
@@ -145,11 +151,27 @@ class CachedHarness:
     def locate(self, run: HarnessRun) -> str:
         """The folder of the build the container runs (one root exec, :data:`PROBE`); raises
         :class:`HarnessError` with the probe's reason when the image cannot run it."""
-        found = run.sandbox.exec_root(PROBE, f"{MOUNTED}/{self.name}", self.build.entry)
+        runtime = BUILDS[self.build.runtime] if self.build.runtime else None
+        found = run.sandbox.exec_root(
+            PROBE,
+            f"{MOUNTED}/{self.name}",
+            self.build.entry,
+            *((f"{MOUNTED}/{runtime.name}", runtime.entry) if runtime else ()),
+        )
         if found.exit_code != 0:
             reason = found.output.strip() or f"the probe exited with code {found.exit_code}"
             raise HarnessError(f"{self.name} cannot run in this container: {reason}")
         return found.output.strip()
+
+    def command(self, command: str, run: HarnessRun) -> str:
+        """A step's command as Harbor wrote it: where its placeholders stand (bare words, as
+        Harbor's ``shlex.quote`` left them) the model's name and the instruction, quoted so."""
+        values = {
+            self.placeholders[name]: shlex.quote(value)
+            for name, value in (("model", run.model.model), ("instruction", run.instruction))
+        }
+        pattern = "|".join(re.escape(placeholder) for placeholder in values)
+        return re.sub(pattern, lambda found: values[found.group()], command)
 
     def environment(self, env: dict[str, str], run: HarnessRun) -> dict[str, str]:
         """A step's environment as Harbor set it, its placeholders replaced: the model's name,
@@ -178,10 +200,18 @@ def claude_failure(output: str) -> str | None:
     return "claude-code reported no result"
 
 
+def exit_code_failure(output: str) -> None:
+    """For a harness that reports its errors by its exit code alone (Harbor's command pipes it
+    through ``tee`` under ``pipefail``): nothing in the output to read."""
+    return None
+
+
 # The cache's harnesses: each one's dialect (the capture proxy's matching one) and how its
 # output reports an error.
 KINDS: dict[str, tuple[Dialect, Callable[[str], str | None]]] = {
     "claude-code": (ANTHROPIC, claude_failure),  # Anthropic Messages
+    "gemini-cli": (GOOGLE, exit_code_failure),  # Google's generateContent
+    "qwen-code": (OPENAI, exit_code_failure),  # OpenAI chat completions
 }
 
 
@@ -191,8 +221,10 @@ def from_settings(name: str, settings: Settings) -> CachedHarness:
     if root is None:
         variable = Settings.variable("harness_cache")
         raise HarnessError(f"{variable} is not set (harbor-openenv harnesses fill DIR {name})")
-    if not (root / name / MANIFEST).is_file():
-        fill = f"harbor-openenv harnesses fill {root} {name}"
-        raise HarnessError(f"the harness cache {root} holds no {name} ({fill})")
+    runtime = BUILDS[name].runtime
+    for needed in (name, *((runtime,) if runtime else ())):
+        if not (root / needed / MANIFEST).is_file():
+            fill = f"harbor-openenv harnesses fill {root} {name}"
+            raise HarnessError(f"the harness cache {root} holds no {needed} ({fill})")
     dialect, failure = KINDS[name]
     return CachedHarness(BUILDS[name], dialect, failure)

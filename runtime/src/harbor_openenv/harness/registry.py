@@ -45,6 +45,8 @@ HARNESSES: dict[str, Callable[[Settings], Harness]] = {
     "terminus-2": _terminus_2,  # beside it, driving tmux in it (Python >= 3.12, harbor extra)
     # inside it, from the harness cache (HARBOR_OPENENV_HARNESS_CACHE)
     "claude-code": _cached("claude-code"),
+    "gemini-cli": _cached("gemini-cli"),
+    "qwen-code": _cached("qwen-code"),
 }
 
 

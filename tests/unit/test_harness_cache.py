@@ -1,0 +1,84 @@
+"""The harness cache's logic without an engine or npm: a Node harness's package kept from its npm
+pack with the launcher that runs it on the cache's node (executed here, a stand-in node), the
+instruction and model put where Harbor's command had them, quoted as Harbor quotes them, and a
+cache without the runtime a harness needs named in one line (the real runs:
+tests/engine/test_harness_cached.py)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harbor_openenv.config import Settings
+from harbor_openenv.harness import cached
+from harbor_openenv.harness.base import HarnessError
+from harbor_openenv.harness.cache import BUILDS, _launcher, _unpack
+
+
+def pack(path, files: dict[str, bytes]) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_a_node_harness_keeps_its_package_and_runs_on_the_caches_node(tmp_path):
+    build = BUILDS["gemini-cli"]
+    tgz = tmp_path / "gemini.tgz"
+    pack(tgz, {"package/package.json": b"{}", "package/bundle/gemini.js": b"// the bundle"})
+    target = tmp_path / "cache" / "gemini-cli" / "linux-x64"
+    _unpack(tgz, build.files, target)
+    assert (target / "lib" / "package.json").read_bytes() == b"{}"
+    _launcher(build, "linux-x64", target)
+    node = tmp_path / "cache" / "node" / "linux-x64" / "bin" / "node"
+    node.parent.mkdir(parents=True)
+    node.write_text('#!/bin/sh\necho "node $*"\n')  # a stand-in: prints what it was given
+    node.chmod(0o755)
+    ran = subprocess.run(
+        [str(target / "bin" / "gemini"), "--yolo", "a b"], capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split(" ", 1)[1].strip() == f"{target}/bin/../lib/bundle/gemini.js --yolo a b"
+
+
+def test_a_pack_without_the_folder_or_script_is_one_error(tmp_path):
+    tgz = tmp_path / "other.tgz"
+    pack(tgz, {"other/x.js": b""})
+    with pytest.raises(HarnessError, match=r"other\.tgz has no file package/"):
+        _unpack(tgz, BUILDS["qwen-code"].files, tmp_path / "out")
+    with pytest.raises(HarnessError, match=r"no script lib/cli-entry\.js to run on node"):
+        _launcher(BUILDS["qwen-code"], "linux-x64", tmp_path / "out")
+
+
+def command_of(instruction: str, model: str = "scripted") -> str:
+    harness = cached.CachedHarness(BUILDS["gemini-cli"], cached.GOOGLE, cached.exit_code_failure)
+    run = SimpleNamespace(instruction=instruction, model=SimpleNamespace(model=model))
+    recorded = "printf '%s\\n' --model=harbor-openenv-model --prompt=harbor-openenv-instruction"
+    return harness.command(recorded, run)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1))
+def test_the_instruction_reaches_the_harness_verbatim(instruction):
+    ran = subprocess.run(["bash", "-c", command_of(instruction)], capture_output=True)
+    assert ran.stdout == f"--model=scripted\n--prompt={instruction}\n".encode()
+
+
+def test_a_placeholder_inside_a_value_is_not_replaced_again():
+    command = command_of("say harbor-openenv-model", model="harbor-openenv-instruction")
+    ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert ran.stdout == "--model=harbor-openenv-instruction\n--prompt=say harbor-openenv-model\n"
+
+
+def test_a_cache_without_node_names_it(tmp_path):
+    (tmp_path / "gemini-cli").mkdir()
+    (tmp_path / "gemini-cli" / "harness.json").write_text("{}")
+    with pytest.raises(HarnessError, match=f"the harness cache {tmp_path} holds no node"):
+        cached.from_settings("gemini-cli", Settings(harness_cache=tmp_path))
