@@ -28,8 +28,10 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
 from harbor.agents.installed.claude_code import ClaudeCode
 from harbor.agents.installed.gemini_cli import GeminiCli
+from harbor.agents.installed.opencode import OpenCode
 from harbor.agents.installed.qwen_code import QwenCode
 from harbor.models.agent.context import AgentContext
+from harbor.models.model_api_format import ModelApiFormat
 
 # The placeholders the runtime replaces (harness/cached.py reads them from the table).
 PLACEHOLDERS = {
@@ -64,6 +66,17 @@ AGENTS: dict[str, tuple[type[Any], str, dict[str, str]]] = {
             "OPENAI_BASE_URL": PLACEHOLDERS["base_url"],
         },
     ),
+    "opencode": (
+        OpenCode,
+        f"vllm/{PLACEHOLDERS['model']}",
+        {"OPENAI_API_KEY": PLACEHOLDERS["api_key"], "OPENAI_BASE_URL": PLACEHOLDERS["base_url"]},
+    ),
+}
+# Each class's further arguments: opencode speaks OpenAI chat through the openai-compatible
+# provider Harbor's class writes into its config, named vllm (opencode's own openai provider
+# would call the Responses API).
+OPTIONS: dict[str, dict[str, Any]] = {
+    "opencode": {"model_api_format": ModelApiFormat.OPENAI_CHAT_COMPLETIONS},
 }
 
 
@@ -84,7 +97,7 @@ class Recorder:
         return nothing
 
 
-def record(cls: type[Any], model: str, env: dict[str, str]) -> list[dict[str, Any]]:
+def record(cls: type[Any], model: str, env: dict[str, str], **options: Any) -> list[dict[str, Any]]:
     """What ``cls(...).run()`` executes, in order (its random names made fixed)."""
     recorder = Recorder()
     fixed = uuid.UUID(int=0)
@@ -92,7 +105,7 @@ def record(cls: type[Any], model: str, env: dict[str, str]) -> list[dict[str, An
         tempfile.TemporaryDirectory() as logs,
         mock.patch.object(uuid, "uuid4", return_value=fixed),
     ):
-        agent = cls(logs_dir=Path(logs), model_name=model, extra_env=env)
+        agent = cls(logs_dir=Path(logs), model_name=model, extra_env=env, **options)
         asyncio.run(agent.run(PLACEHOLDERS["instruction"], recorder, AgentContext()))
     return recorder.calls
 
@@ -103,7 +116,7 @@ def main() -> int:
     table = {
         "harbor": getattr(harbor, "__version__", "unknown"),
         "placeholders": PLACEHOLDERS,
-        "agents": {name: record(*spec) for name, spec in AGENTS.items()},
+        "agents": {name: record(*spec, **OPTIONS.get(name, {})) for name, spec in AGENTS.items()},
     }
     json.dump(table, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

@@ -1,5 +1,5 @@
-"""The cached harnesses replay Harbor's agents (runtime/.../harness/harbor_agents.json): the table
-committed is what scripts/harbor-agents.py records against the installed Harbor 0.25 now, so a
+"""The recorded table of Harbor's agents (harness/harbor_agents.json) is what the installed Harbor
+0.25 runs: scripts/harbor-agents.py, run in Harbor's venv, prints it again byte for byte, so a
 Harbor upgrade that changes an agent's commands, flags or environment fails here."""
 
 from __future__ import annotations
@@ -9,24 +9,42 @@ import os
 import subprocess
 
 from _interop import HARBOR_VENV
-from _template_helpers import REPO
+from _server import ROOT
 
-TABLE = REPO / "runtime" / "src" / "harbor_openenv" / "harness" / "harbor_agents.json"
+TABLE = ROOT / "runtime" / "src" / "harbor_openenv" / "harness" / "harbor_agents.json"
 
 
-def test_the_recorded_table_is_what_harbor_runs(tmp_path):
+def test_the_committed_table_is_what_harbor_runs(tmp_path):
     # A home of its own: no ~/.gemini/oauth_creds.json or other login on this machine changes
     # what an agent runs.
-    recorded = subprocess.run(
-        [str(HARBOR_VENV / "bin" / "python"), "scripts/harbor-agents.py"],
-        cwd=REPO,
+    printed = subprocess.run(
+        [str(HARBOR_VENV / "bin" / "python"), str(ROOT / "scripts" / "harbor-agents.py")],
         env={**os.environ, "HOME": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=300,
         check=True,
-    )
-    table = json.loads(recorded.stdout)
-    assert table == json.loads(TABLE.read_text())
-    assert sorted(table["agents"]) == ["claude-code", "gemini-cli", "qwen-code"]
+        timeout=300,
+    ).stdout
+    assert printed == TABLE.read_text(), "regenerate it: see scripts/harbor-agents.py"
+    table = json.loads(printed)
     assert table["harbor"].startswith("0.25.")
+    from harbor_openenv.harness.cache import BUILDS
+
+    runtimes = {build.runtime for build in BUILDS.values() if build.runtime}
+    assert set(table["agents"]) == set(BUILDS) - runtimes  # every cached harness is recorded
+
+
+def test_opencode_is_given_an_openai_chat_provider_at_the_placeholder_url():
+    table = json.loads(TABLE.read_text())
+    placeholders = table["placeholders"]
+    config, run = table["agents"]["opencode"]
+    written = json.loads(config["command"].split("echo '", 1)[1].rsplit("' >", 1)[0])
+    provider = written["provider"]["vllm"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"] == {
+        "baseURL": placeholders["base_url"],
+        "apiKey": "{env:OPENAI_API_KEY}",
+    }
+    assert run["env"]["OPENAI_API_KEY"] == placeholders["api_key"]
+    assert f"opencode --model=vllm/{placeholders['model']} run --format=json" in run["command"]
+    assert f"-- {placeholders['instruction']} " in run["command"]

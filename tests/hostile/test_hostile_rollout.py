@@ -1,10 +1,11 @@
 """A hostile agent through the rollout path: the scripted model (the one double) makes the real
 harness plant rewards, hunt for secrets and reach for the server, with both kinds of harness:
-mini-swe-agent and terminus-2 (a server from the Python 3.12 venv) beside the container and codex
-inside it. The stop before grading and the
-verifier decide the reward, as for evaluate; nothing the container can read holds the
-orchestration token, the trainer's key or the harness's session key (codex's calls get it on the
-server's side, from the keyed port); the server's port is out of the container's reach."""
+mini-swe-agent and terminus-2 (a server from the Python 3.12 venv) beside the container, codex
+and each harness of the harness cache (claude-code, opencode) inside it. The stop before grading
+and the verifier decide the reward, as for evaluate; nothing the container can read holds the
+orchestration token, the trainer's key or the harness's session key (an inside harness's calls
+get it on the server's side, from the keyed port); the server's port is out of the container's
+reach."""
 
 from __future__ import annotations
 
@@ -243,4 +244,79 @@ def test_terminus_finds_no_secret_and_cannot_reach_the_server(srv_terminus, term
     # the trainer's key reaches the trainer's endpoint, the session key never does
     auth = {h.get("authorization") for h in terminus_model.headers[-3:]}
     assert auth == {f"Bearer {TRAINER_KEY}"}
+    assert TRAINER_KEY not in json.dumps(answer.model_dump())
+
+
+# -- the harness cache's harnesses (inside the container, from the read-only cache, their model
+# calls keyed on the server's side): each by name, as the cache fills more
+
+CACHED = {  # name: what its own process shows in the hunt (its command line)
+    "claude-code": "claude --verbose",
+    "opencode": "opencode --model=",
+}
+
+
+@pytest.fixture(scope="module")
+def srv_cached(docker_client, tasks, harness_cache):
+    server = Server(tasks, HARBOR_OPENENV_HARNESS_CACHE=str(harness_cache))
+    yield server
+    server.stop()
+
+
+def cached_rollout(srv, harness, task, script):
+    """A rollout of the cached ``harness`` on ``task`` whose model answers ``script``."""
+    with CodexModel(script) as model, srv.client() as env:
+        env.reset(task_id=task)
+        answer = env.rollout(
+            harness,
+            base_url=model.base_url,
+            model="scripted",
+            api_key=TRAINER_KEY,
+            max_turns=6,
+            timeout_s=240,
+        ).observation
+    return answer, model
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("task", ["grade", "grade-nobody"])
+@pytest.mark.parametrize("harness", sorted(CACHED))
+def test_a_reward_a_cached_harness_planted_does_not_count(srv_cached, harness, task):
+    # the planter given up to 10 s to write (a loaded engine: claude-code's Bash saw no file yet)
+    wait = "for i in $(seq 50); do [ -s /logs/verifier/reward.json ] && break; sleep 0.2; done;"
+    plant = PLANT.replace("sleep 0.5;", wait)
+    answer, model = cached_rollout(srv_cached, harness, task, [Call(plant), Say("Done.")])
+    assert answer.info["rollout"]["status"] == "completed", answer.error
+    if task == "grade":  # root: the planter ran (nobody may not write /logs/verifier at all)
+        assert '"reward": 1}' in tool_outputs(model), tool_outputs(model)
+    assert (answer.reward, answer.error) == (0.0, None), answer
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("task", ["grade", "grade-nobody"])
+@pytest.mark.parametrize("harness", sorted(CACHED))
+def test_a_cached_harness_finds_no_secret_and_cannot_reach_the_server(srv_cached, harness, task):
+    # the hunt counted in the container (its whole output, however the harness cuts what it
+    # shows), then shown to the model (for the session's key, known only afterwards)
+    script = [
+        Call(terminus_hunt()),
+        Call(HUNT + "; echo HUNT-END"),
+        Call(reach_server(srv_cached)),
+        Say("Done."),
+    ]
+    answer, model = cached_rollout(srv_cached, harness, task, script)
+    session_key = answer.info["rollout"]["session_id"]
+    assert answer.info["rollout"]["status"] == "completed", answer.error
+    outputs = tool_outputs(model)
+    found = dict(w.split("=", 1) for w in outputs.split() if w.startswith("HUNT-") and "=" in w)
+    assert int(found["HUNT-LINES"]) > 20 and int(found["HUNT-ENV"]) >= 1, outputs
+    assert found["HUNT-SECRETS"] == "0", outputs
+    assert "server-unreachable" in outputs and "REACHED-SERVER" not in outputs
+    assert CACHED[harness] in outputs  # the hunt saw the harness's own process
+    assert ("uid=65534(nobody)" if task == "grade-nobody" else "uid=0(root)") in outputs
+    seen = json.dumps(model.requests)
+    for secret in (TOKEN, TRAINER_KEY, session_key):
+        assert secret not in seen
+    # the trainer's key reaches the trainer's endpoint, the session key never does
+    assert {h.get("authorization") for h in model.headers} == {f"Bearer {TRAINER_KEY}"}
     assert TRAINER_KEY not in json.dumps(answer.model_dump())

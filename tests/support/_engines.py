@@ -127,35 +127,42 @@ class Engine:
         if self.client is not None:
             self.client.close()
         stop_process(self.process, signal.SIGTERM, timeout)
-        for pid in self.processes():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for mount in self._mounts():
-            subprocess.run(["umount", "-l", mount], capture_output=True, timeout=10, check=False)
         if keep_log is not None:
             with contextlib.suppress(OSError):
                 shutil.copyfile(self.log, keep_log / f"dockerd-{self.name}.log")
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_engine_folder(self.folder)
 
     def processes(self) -> list[int]:
         """Processes whose command line names this engine's folder (its containerd, shims)."""
-        needle = str(self.folder).encode()
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if needle in (entry / "cmdline").read_bytes():
-                        found.append(int(entry.name))
-        return found
+        return processes_naming(self.folder)
 
-    def _mounts(self) -> list[str]:
-        """Mount points under this engine's folder, deepest first."""
-        points = [
-            line.split(" ")[4]
-            for line in Path("/proc/self/mountinfo").read_text().splitlines()
-            if line.split(" ")[4].startswith(f"{self.folder}/")
-        ]
-        return sorted(points, key=len, reverse=True)
+
+def processes_naming(folder: Path) -> list[int]:
+    """Processes whose command line names ``folder`` (an engine's dockerd, containerd, shims)."""
+    needle = str(folder).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+    return found
+
+
+def remove_engine_folder(folder: Path) -> None:
+    """What is left of a stopped engine whose folder is ``folder``: every process still naming it
+    killed, the mounts under it unmounted (deepest first), the folder removed."""
+    for pid in processes_naming(folder):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    points = [
+        line.split(" ")[4]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split(" ")[4].startswith(f"{folder}/")
+    ]
+    for mount in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True, timeout=10, check=False)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager

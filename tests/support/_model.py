@@ -109,10 +109,13 @@ class ScriptedModel:
     def _next(self, body: dict[str, Any]) -> Turn:
         """The script's next turn. A chat request that does not start with a system message is
         the capture proxy's probe of the endpoint: answered (a shell call if it offers a tool),
-        never taking a turn, not kept."""
+        never taking a turn, not kept. One that offers no tool is a harness's side call (opencode
+        titles its session so): answered, kept in :attr:`sent` only."""
         messages = body.get("messages")
         if messages is not None and messages[0].get("role") != "system":
             return Call("ls /tmp") if _tool_names(body) else Say("ok")
+        if messages is not None and not _tool_names(body):
+            return Say("A title")
         with self._lock:
             self.requests.append(body)
             return self.turns.pop(0) if self.turns else Say("Done.")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 COPIER = Path(sys.executable).with_name("copier")
+VENV_BIN = REPO / ".venv" / "bin"
 RUNTIME_VERSION = re.search(
     r'__version__ = "([^"]+)"', (REPO / "runtime/src/harbor_openenv/_version.py").read_text()
 ).group(1)
@@ -186,3 +187,29 @@ def fake_package_index(root: Path, versions: list[str]) -> dict[str, str]:
         "GIT_CONFIG_KEY_0": "http.proxy",
         "GIT_CONFIG_VALUE_0": "http://127.0.0.1:9",
     }
+
+
+def readme_block(text: str, name: str) -> str:
+    """The fenced block right after ``<!-- harbor-openenv:road:NAME -->``."""
+    found = re.search(
+        rf"<!-- harbor-openenv:road:{re.escape(name)} -->\n```[a-z]*\n(.*?)\n```", text, re.DOTALL
+    )
+    assert found, f"no block marked harbor-openenv:road:{name}"
+    return found.group(1)
+
+
+def shell(script: str, cwd: Path, timeout: float = 900, **env: str) -> str:
+    """Run ``script`` with bash as a user's shell would (this venv first on PATH); its output."""
+    environ = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", **env}
+    environ.pop("VIRTUAL_ENV", None)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"$ {script}\n{output[-4000:]}"
+    return output

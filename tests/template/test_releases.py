@@ -68,6 +68,13 @@ def test_own_dependency_readme_and_dockerfile_edits_survive_two_releases(templat
     # A published release builds nothing: its pin comes from the package index.
     assert "not a published release" not in rendered.stderr
     assert not list((repo / "wheels").glob("*.whl"))
+    # its README's client line assumes the release is on an index, and says the wheel route
+    # until it is
+    readme = (repo / "README.md").read_text()
+    assert "pip install 'harbor-openenv[client]==0.2.0'" in readme
+    assert "release 0.2.0 published on your index" in readme
+    assert "until it is, take the wheel route" in readme
+    assert "`uv build --wheel --out-dir dist runtime`" in readme
 
     pyproject = (repo / "pyproject.toml").read_text()
     anchor = "# Your own dependencies go here, one per line"

@@ -17,7 +17,6 @@ Python (the README's ``pip install copier`` is then a no-op instead of a system-
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -27,43 +26,17 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from _engines import Engine
 from _remote import remote_engine
 from _server import CODEX_PLATFORMS, CODEX_VERSION
-from _template_helpers import REPO, commit_all, git
+from _template_helpers import REPO, VENV_BIN, commit_all, git, readme_block, shell
 
 pytestmark = pytest.mark.docker
 
 TOKEN = "road-" + uuid.uuid4().hex[:12]
 # One name for both routes: the same pyproject.toml, so the second build reuses the first's layers.
 NAME = f"road-{uuid.uuid4().hex[:8]}-env"
-VENV_BIN = REPO / ".venv" / "bin"
 TASK_PLACEHOLDER = '"<a task id: its folder under tasks/>"'
-
-
-def readme_block(text: str, name: str) -> str:
-    """The fenced block right after ``<!-- harbor-openenv:road:NAME -->``."""
-    found = re.search(
-        rf"<!-- harbor-openenv:road:{re.escape(name)} -->\n```[a-z]*\n(.*?)\n```", text, re.DOTALL
-    )
-    assert found, f"no block marked harbor-openenv:road:{name}"
-    return found.group(1)
-
-
-def shell(script: str, cwd: Path, timeout: float = 900, **env: str) -> str:
-    """Run ``script`` with bash as a user's shell would (this venv first on PATH); its output."""
-    environ = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", **env}
-    environ.pop("VIRTUAL_ENV", None)
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=cwd,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"$ {script}\n{output[-4000:]}"
-    return output
 
 
 def free_port() -> int:
@@ -217,6 +190,35 @@ def test_compose_route(checkout):
     assert not subprocess.run(
         ["git", "status", "--porcelain", "--", ".env"], cwd=env, capture_output=True, text=True
     ).stdout, ".env is not ignored by git"
+
+
+def test_the_offline_image_transfer(checkout, tmp_path):
+    """The rendered README's `docker save` / `docker load` of the base image, then its offline
+    build, against an engine that has no image at all (a `dockerd` of its own,
+    tests/support/_engines.py): the machine's engine is the "connected machine" (its `docker
+    pull` left out: nothing can be pulled here, and the image is already on it, which is all the
+    pull ensures)."""
+    port, name = free_port(), f"road-{uuid.uuid4().hex[:8]}-offline"
+    env = render(checkout, port, name)
+    readme = (env / "README.md").read_text()
+    save = readme_block(readme, "base-image-save")
+    base_image = yaml.safe_load((env / ".copier-answers.yml").read_text())["base_image"]
+    pull = f"docker pull {base_image} && "
+    assert save.startswith(pull), save
+    shell(save.removeprefix(pull), cwd=env)
+    assert (env / "base-image.tar").stat().st_size > 10e6
+    engine = Engine("offline")
+    try:
+        assert engine.client is not None and engine.client.images.list() == []
+        here = {"DOCKER_HOST": engine.host}
+        shell(readme_block(readme, "base-image-load"), cwd=env, **here)
+        assert [i.tags for i in engine.client.images.list()] == [[base_image]]
+        (env / "base-image.tar").unlink()
+        output = shell(readme_block(readme, "build-offline"), cwd=env, **here)
+        assert "installed from wheels/ only" in output
+        assert engine.client.images.get(name).attrs["Config"]["Cmd"][0] == "uvicorn"
+    finally:
+        engine.stop()
 
 
 def test_docker_route_and_update(checkout):
@@ -408,7 +410,8 @@ def test_harness_rollouts_route(checkout, docker_client, monkeypatch):
             server.kill()
         remove_containers_of(name)
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)
-    print(f"harness route: fill + offline build {built:.0f} s, all {time.monotonic() - started:.0f} s")
+    total = time.monotonic() - started
+    print(f"harness route: fill + offline build {built:.0f} s, all {total:.0f} s")
 
 
 def test_the_dev_command_needs_no_engine_and_serves_the_docs(tmp_path):
@@ -429,9 +432,10 @@ def test_the_dev_command_needs_no_engine_and_serves_the_docs(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert ".venv is ready" in result.stdout
-    assert "(`.venv/bin/mkdocs serve` to read it, after\n`bash scripts/dev`" in (
-        REPO / "README.md"
-    ).read_text()
+    assert (
+        "(`.venv/bin/mkdocs serve` to read it, after\n`bash scripts/dev`"
+        in (REPO / "README.md").read_text()
+    )
     port = free_port()
     server = subprocess.Popen(
         [str(clone / ".venv/bin/mkdocs"), "serve", "-a", f"127.0.0.1:{port}"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -104,6 +105,17 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
         "kind": "script",
         "entry": "tasks/*/tests/test.sh",
     }
+    # the runtime binding, its plan beside it (why it needs credentials: the rendered README)
+    assert validation["execution"] == {
+        "kind": "openenv_ws",
+        "probe_path": "validation/runtime.json",
+        "dockerfile": "Dockerfile",
+        "context": ".",
+        "agent_boundary": "api",
+        "requires_credentials": True,
+    }
+    plan = json.loads((project / "validation" / "runtime.json").read_text())
+    assert plan["reset"]["options"] == {"index": 0} and len(plan["actions"]) == 1
     assert manifest == {
         "spec_version": 1,
         "name": name,

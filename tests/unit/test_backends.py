@@ -68,3 +68,24 @@ def test_the_memory_backend_is_one_file_implementing_the_interface():
     assert graded.done and graded.reward == 0.0
     runtime.shutdown()
     assert runtime.snapshot().containers == 0
+
+
+def test_a_public_tasks_network_is_the_one_named_for_its_phase():
+    """HARBOR_OPENENV_PUBLIC_NETWORK for the task's own containers, _VERIFIER_NETWORK for a
+    separate verifier's (else the agent's); a no-network task keeps none; unset: the engine's."""
+    format_tasks = Dataset(FORMAT)
+    public, separate = format_tasks["compose"], format_tasks["separate-verifier"]
+    closed = format_tasks["options"]
+    assert public.config.environment.network_mode == "public"
+    assert separate.config.environment.network_mode == "public"
+    assert closed.config.environment.network_mode == "no-network"
+    both = Settings(public_network="agents", verifier_network="graders")
+    agent_only = Settings(public_network="agents")
+    assert EnvRequest.of_task(public, "img", {}).container(Settings()).network is None
+    assert EnvRequest.of_task(public, "img", {}).container(both).network == "agents"
+    assert EnvRequest.of_task(public, "img", {}, alone=True).network(both) == "agents"
+    verifier = EnvRequest.verifier(separate, None, "img", {})
+    assert verifier.container(both).network == "graders"
+    assert verifier.network(agent_only) == "agents"
+    assert verifier.network(Settings()) is None
+    assert EnvRequest.of_task(closed, "img", {}).container(both).network == "none"

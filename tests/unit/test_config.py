@@ -41,6 +41,8 @@ GIVEN = {
     "orchestration_token": ("s3cret", "s3cret"),
     "default_task": ("hello-world", "hello-world"),
     "build_network": ("host", "host"),
+    "public_network": ("hoe-public", "hoe-public"),
+    "verifier_network": ("hoe-grading", "hoe-grading"),
     "docker_tls_ca": ("CA PEM", "CA PEM"),
     "docker_tls_cert": ("CERT PEM", "CERT PEM"),
     "docker_tls_key": ("KEY PEM", "KEY PEM"),
@@ -145,6 +147,11 @@ def test_harbor_env_kwargs_are_a_json_object(raw):
         ({"docker_hosts": ("tcp://a",), "backend": "harbor:docker"}, "names Docker engines"),
         ({"docker_hosts": ("tcp://a",), "pool_size": 1}, "the warm pool keeps one engine's"),
         ({"docker_tls_ca": "CA PEM"}, "_CA, _CERT and _KEY go together: one is unset"),
+        ({"public_network": "host"}, "PUBLIC_NETWORK='host' is not a network .*never the host"),
+        ({"verifier_network": "none"}, "VERIFIER_NETWORK='none' is not a network a public"),
+        ({"public_network": "container:x"}, "PUBLIC_NETWORK='container:x' is not a network"),
+        ({"public_network": "a b"}, "PUBLIC_NETWORK='a b' is not a Docker network name"),
+        ({"public_network": "n", "backend": "harbor:docker"}, "does not use: unset one"),
     ],
 )
 def test_settings_that_do_not_go_together_are_refused_whichever_way_made(given, said):

@@ -144,3 +144,20 @@ def test_the_model_server_example_passes_the_capture_proxys_probe():
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_the_tls_files_have_one_name_everywhere():
+    """The engine's certificate is ``server.pem`` (and ``server-key.pem``) in the guide, the
+    rendered README and the tests' engines alike; a client's are ``ca.pem``, ``cert.pem``,
+    ``key.pem``."""
+    texts = {
+        path: (ROOT / path).read_text()
+        for path in (
+            "docs/guides/remote-engines.md",
+            "template/README.md.jinja",
+            "tests/support/_engines.py",
+        )
+    }
+    for path, text in texts.items():
+        assert "server-cert.pem" not in text, path
+        assert "server.pem" in text and "server-key.pem" in text, path

@@ -59,22 +59,33 @@ def test_a_pack_without_the_folder_or_script_is_one_error(tmp_path):
 
 def command_of(instruction: str, model: str = "scripted") -> str:
     harness = cached.CachedHarness(BUILDS["gemini-cli"], cached.GOOGLE, cached.exit_code_failure)
-    run = SimpleNamespace(instruction=instruction, model=SimpleNamespace(model=model))
+    endpoint = SimpleNamespace(model=model, base_url="http://127.0.0.1:1")
+    run = SimpleNamespace(instruction=instruction, model=endpoint)
     recorded = "printf '%s\\n' --model=harbor-openenv-model --prompt=harbor-openenv-instruction"
     return harness.command(recorded, run)  # type: ignore[arg-type]
+
+
+def run_as_harness(command: str, instruction: str) -> subprocess.CompletedProcess[bytes]:
+    """``command`` with the environment a step gets: the instruction in its variable."""
+    return subprocess.run(
+        ["bash", "-c", command], env={cached.INSTRUCTION: instruction}, capture_output=True
+    )
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1))
 def test_the_instruction_reaches_the_harness_verbatim(instruction):
-    ran = subprocess.run(["bash", "-c", command_of(instruction)], capture_output=True)
+    ran = run_as_harness(command_of(instruction), instruction)
     assert ran.stdout == f"--model=scripted\n--prompt={instruction}\n".encode()
 
 
 def test_a_placeholder_inside_a_value_is_not_replaced_again():
     command = command_of("say harbor-openenv-model", model="harbor-openenv-instruction")
-    ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
-    assert ran.stdout == "--model=harbor-openenv-instruction\n--prompt=say harbor-openenv-model\n"
+    ran = run_as_harness(command, "say harbor-openenv-model")
+    assert (
+        ran.stdout.decode()
+        == "--model=harbor-openenv-instruction\n--prompt=say harbor-openenv-model\n"
+    )
 
 
 def test_a_cache_without_node_names_it(tmp_path):

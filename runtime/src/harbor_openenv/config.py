@@ -17,6 +17,7 @@ import fnmatch
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,11 @@ from harbor_openenv.tasks.reward import reward_rule
 PREFIX = "HARBOR_OPENENV_"
 LOG_FORMATS = ("text", "json")
 ENGINE_SCHEMES = ("unix", "tcp", "ssh")
+# What HARBOR_OPENENV_PUBLIC_NETWORK and _VERIFIER_NETWORK refuse: the host's network namespace (its
+# loopback services, this server and a TCP engine among them), and "none", which is a task's own
+# network_mode = "no-network" to ask for. Docker's own rule for a network's name.
+_NOT_NAMED_NETWORKS = ("host", "none", "default")
+_NETWORK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 
 
 def _about(doc: str, kind: type = str, *, zero: bool = False) -> dict[str, Any]:
@@ -161,6 +167,18 @@ class Settings:
     build_network: str | None = field(
         default=None,
         metadata=_about("network for task image builds, sidecars' too (default: the engine's)"),
+    )
+    public_network: str | None = field(
+        default=None,
+        metadata=_about(
+            "the engine network a public task's containers join (default: the engine's)"
+        ),
+    )
+    verifier_network: str | None = field(
+        default=None,
+        metadata=_about(
+            "the engine network a public task's separate verifier joins (default: the agent's)"
+        ),
     )
     docker_tls_ca: str | None = field(
         default=None,
@@ -389,6 +407,24 @@ def _cross_checked(settings: Settings) -> None:
             f"{pool}={settings.pool_size}: the warm pool keeps one engine's containers; with"
             f" several ({hosts}) set it to 0"
         )
+    for name in ("public_network", "verifier_network"):
+        network = getattr(settings, name)
+        if network is None:
+            continue
+        variable = Settings.variable(name)
+        if network in _NOT_NAMED_NETWORKS or network.startswith("container:"):
+            raise ValueError(
+                f"{variable}={network!r} is not a network a public task may be given: name an"
+                " engine network (docker network create NAME)"
+                + (", never the host's" if network == "host" else "")
+            )
+        if not _NETWORK_NAME.fullmatch(network):
+            raise ValueError(f"{variable}={network!r} is not a Docker network name")
+        if settings.harbor_type:
+            raise ValueError(
+                f"{variable} names a network of this server's engines, which"
+                f" {backend}={settings.backend} does not use: unset one of them"
+            )
     tls = (settings.docker_tls_ca, settings.docker_tls_cert, settings.docker_tls_key)
     if any(tls) and not all(tls):
         raise ValueError("HARBOR_OPENENV_DOCKER_TLS_CA, _CERT and _KEY go together: one is unset")

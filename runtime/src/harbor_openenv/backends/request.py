@@ -18,7 +18,8 @@ from .fleet import Engine
 @dataclass(frozen=True)
 class EnvRequest:
     """An environment to start: ``task``'s, from ``image``, as ``table`` sizes it; ``compose``:
-    the task's compose project around ``main``; ``on``: of several engines, which."""
+    the task's compose project around ``main``; ``on``: of several engines, which;
+    ``verifying``: a separate verifier's."""
 
     task: Task
     image: str
@@ -27,6 +28,7 @@ class EnvRequest:
     network_mode: str
     compose: bool = False
     on: Engine[Any] | None = None
+    verifying: bool = False
 
     @classmethod
     def of_task(
@@ -61,7 +63,7 @@ class EnvRequest:
         phase = (step.verifier.network_mode if step else None) or config.verifier.network_mode
         own = task.verifier_image_ref(step) or task.verifier_image_dir(step)
         compose = not own and task.compose_file is not None
-        return cls(task, image, table, env, phase or table.network_mode, compose, on)
+        return cls(task, image, table, env, phase or table.network_mode, compose, on, True)
 
     def container(self, settings: Settings) -> ContainerSpec:
         """How its container starts: everything but the task's label."""
@@ -70,11 +72,21 @@ class EnvRequest:
             workdir=self.table.workdir,
             cpus=self.table.cpus or settings.default_cpus,
             memory_mb=self.table.memory_mb or settings.default_memory_mb,
-            network="none" if self.network_mode == "no-network" else None,
+            network=self.network(settings),
             env=tuple(sorted(self.env.items())),
             pids_limit=settings.pids_limit or None,
             storage_mb=disk_limit(self.table, settings),
         )
+
+    def network(self, settings: Settings) -> str | None:
+        """The engine network its container joins: ``none`` for a no-network task; for a public
+        one, ``HARBOR_OPENENV_VERIFIER_NETWORK`` (a separate verifier's) or
+        ``HARBOR_OPENENV_PUBLIC_NETWORK``, else None (the engine's default)."""
+        if self.network_mode == "no-network":
+            return "none"
+        if self.verifying and settings.verifier_network:
+            return settings.verifier_network
+        return settings.public_network
 
     def project(self, settings: Settings) -> ComposeSpec | None:
         """What its compose project adds (None: a container alone)."""

@@ -7,8 +7,8 @@ Layout on the host (``HARBOR_OPENENV_HARNESS_CACHE``)::
     CACHE/<harness>/<platform>/bin/<entry>   one folder per npm platform filled:
                                              linux-x64, linux-x64-musl, linux-arm64, ...
 
-A harness that ships self-contained builds (claude-code: a Bun build per platform, glibc and
-musl) needs nothing else. A Node harness (gemini-cli, qwen-code: bundled JavaScript, no
+A harness that ships self-contained builds (claude-code and opencode: a Bun build per platform,
+glibc and musl) needs nothing else. A Node harness (gemini-cli, qwen-code: bundled JavaScript, no
 ``node_modules``) runs on the cache's ``node``, Node's official build from npm's ``node-linux-*``
 packages (glibc only: npm has no musl build), through a launcher its fill writes::
 
@@ -112,6 +112,14 @@ BUILDS = {
             entry="bin/qwen",
             runtime="node",
             script="lib/cli-entry.js",
+        ),
+        Build(
+            name="opencode",
+            package="opencode-{platform}",
+            version="1.18.18",
+            files={"package/bin/opencode": "bin/opencode"},
+            platforms=("linux-x64", "linux-x64-musl", "linux-arm64", "linux-arm64-musl"),
+            entry="bin/opencode",
         ),
     )
 }

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,12 @@ from .keyed_port import KeyedPort, target_of
 
 PORT = 4181  # the relayed port inside the container
 LOG_BYTES = 64 << 10  # the tail of the harness's output a result keeps
+INSTRUCTION = "HARBOR_OPENENV_INSTRUCTION"  # the variable a command line takes it from
+# An agent user without a writable home (nobody's /nonexistent) gets one beside Harbor's logs,
+# where the config files Harbor's commands write (opencode's ~/.config/opencode) can go.
+HOME = '[ -w "$HOME" ] || { export HOME=/logs/agent/home; mkdir -p "$HOME"; }'
+# A model name a recorded command line may hold as it is (in a quoted config, a --model flag).
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
 _TABLE = "harbor_agents.json"
 
 # Finds the build for the container (as root): $1 the harness's folder, $2 its entry, and what
@@ -123,7 +128,8 @@ class CachedHarness:
                 output = ""
                 for step in self.steps:
                     result = sandbox.exec(
-                        f'export PATH="{folder}/bin:$PATH"; {self.command(step["command"], run)}',
+                        f'export PATH="{folder}/bin:$PATH"; {HOME}; '
+                        + self.command(step["command"], run),
                         env=self.environment(step["env"], run),
                         user=run.user,
                         workdir=run.workdir,
@@ -163,27 +169,41 @@ class CachedHarness:
             raise HarnessError(f"{self.name} cannot run in this container: {reason}")
         return found.output.strip()
 
-    def command(self, command: str, run: HarnessRun) -> str:
-        """A step's command as Harbor wrote it: where its placeholders stand (bare words, as
-        Harbor's ``shlex.quote`` left them) the model's name and the instruction, quoted so."""
-        values = {
-            self.placeholders[name]: shlex.quote(value)
-            for name, value in (("model", run.model.model), ("instruction", run.instruction))
-        }
-        pattern = "|".join(re.escape(placeholder) for placeholder in values)
-        return re.sub(pattern, lambda found: values[found.group()], command)
+    def relayed_url(self, run: HarnessRun) -> str:
+        """The model's base URL inside the container, in the dialect's form."""
+        path = urlsplit(run.model.base_url).path.rstrip("/") if self.dialect.path else ""
+        return f"http://127.0.0.1:{self.port}{path}"
 
     def environment(self, env: dict[str, str], run: HarnessRun) -> dict[str, str]:
         """A step's environment as Harbor set it, its placeholders replaced: the model's name,
         the relayed URL and the instruction (the key stays a placeholder: the keyed port sets
-        the real one outside the container)."""
-        path = urlsplit(run.model.base_url).path.rstrip("/") if self.dialect.path else ""
+        the real one outside the container); the instruction also in :data:`INSTRUCTION`."""
         values = {
             self.placeholders["model"]: run.model.model,
-            self.placeholders["base_url"]: f"http://127.0.0.1:{self.port}{path}",
+            self.placeholders["base_url"]: self.relayed_url(run),
             self.placeholders["instruction"]: run.instruction,
         }
-        return {name: values.get(value, value) for name, value in env.items()}
+        replaced = {name: values.get(value, value) for name, value in env.items()}
+        return {**replaced, INSTRUCTION: run.instruction}
+
+    def command(self, command: str, run: HarnessRun) -> str:
+        """A step's command line with its placeholders replaced (opencode's has them in the
+        config it writes and in its arguments): the relayed URL, the model's name (one that
+        needs no shell quoting) and the instruction as one word from :data:`INSTRUCTION`."""
+        model = self.placeholders["model"]
+        if model in command and not _MODEL_NAME.fullmatch(run.model.model):
+            raise HarnessError(
+                f"{self.name} takes the model's name on its command line: {run.model.model!r}"
+                " has characters other than letters, digits and ._:/@+-"
+            )
+        values = {
+            self.placeholders["base_url"]: self.relayed_url(run),
+            model: run.model.model,
+            self.placeholders["instruction"]: f'"${INSTRUCTION}"',
+        }
+        # One pass: a value is never searched for placeholders again.
+        pattern = "|".join(re.escape(p) for p in sorted(values, key=len, reverse=True))
+        return re.sub(pattern, lambda found: values[found.group()], command)
 
 
 def claude_failure(output: str) -> str | None:
@@ -206,12 +226,37 @@ def exit_code_failure(output: str) -> None:
     return None
 
 
+def opencode_failure(output: str) -> str | None:
+    """The errors opencode's ``--format=json`` events reported (as Harbor's class reads them),
+    or that it reported no event at all."""
+    events = []
+    for line in output.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and "type" in event:
+            events.append(event)
+    if not events:
+        return "opencode reported no event"
+    messages = []
+    for event in events:
+        if event["type"] == "error":
+            error = event.get("error")
+            data = error.get("data") if isinstance(error, dict) else None
+            message = data.get("message") if isinstance(data, dict) else None
+            name = error.get("name") if isinstance(error, dict) else None
+            messages.append(str(message or name or error))
+    return "; ".join(messages[:3]) or None
+
+
 # The cache's harnesses: each one's dialect (the capture proxy's matching one) and how its
 # output reports an error.
 KINDS: dict[str, tuple[Dialect, Callable[[str], str | None]]] = {
     "claude-code": (ANTHROPIC, claude_failure),  # Anthropic Messages
     "gemini-cli": (GOOGLE, exit_code_failure),  # Google's generateContent
     "qwen-code": (OPENAI, exit_code_failure),  # OpenAI chat completions
+    "opencode": (OPENAI, opencode_failure),  # OpenAI chat (its openai-compatible provider)
 }
 
 

@@ -47,6 +47,7 @@ HARNESSES: dict[str, Callable[[Settings], Harness]] = {
     "claude-code": _cached("claude-code"),
     "gemini-cli": _cached("gemini-cli"),
     "qwen-code": _cached("qwen-code"),
+    "opencode": _cached("opencode"),
 }
 
 

@@ -1,0 +1,92 @@
+"""How a cached harness's recorded steps are replayed (harness/cached.py): placeholders in a
+command line become the relayed URL, the model's name and the instruction as one shell word;
+opencode's JSON events say whether it failed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from _fake_sandbox import FakeSandbox
+
+from harbor_openenv.harness.base import Budget, HarnessError, HarnessRun, ModelEndpoint
+from harbor_openenv.harness.cache import BUILDS
+from harbor_openenv.harness.cached import (
+    INSTRUCTION,
+    KINDS,
+    CachedHarness,
+    from_settings,
+    opencode_failure,
+)
+
+pytestmark = pytest.mark.unit
+
+HOSTILE = 'fix it; it\'s "$(touch /tmp/pwned)" `id` $HOME\nand a second line'
+
+
+def run(model: str = "Qwen/Qwen3-8B", instruction: str = HOSTILE) -> HarnessRun:
+    endpoint = ModelEndpoint("http://127.0.0.1:9000/v1", "session", model)
+    return HarnessRun(FakeSandbox(), instruction, "root", "/app", endpoint, Budget(5, 60))
+
+
+def opencode() -> CachedHarness:
+    dialect, failure = KINDS["opencode"]
+    return CachedHarness(BUILDS["opencode"], dialect, failure)
+
+
+def test_opencodes_config_names_the_relayed_url_and_the_model():
+    harness, episode = opencode(), run()
+    config, _ = harness.steps
+    command = harness.command(config["command"], episode)
+    written = json.loads(command.split("echo '", 1)[1].rsplit("' >", 1)[0])
+    assert written["provider"]["vllm"]["options"]["baseURL"] == "http://127.0.0.1:4181/v1"
+    assert list(written["provider"]["vllm"]["models"]) == ["Qwen/Qwen3-8B"]
+    assert "harbor-openenv" not in command.replace("harbor-openenv-key", "")
+
+
+def test_the_instruction_is_one_word_the_shell_never_expands(tmp_path):
+    harness, episode = opencode(), run()
+    _, step = harness.steps
+    command = harness.command(step["command"], episode)
+    assert "--model=vllm/Qwen/Qwen3-8B run" in command
+    words = command.split(" -- ", 1)[1].split(" 2>&1", 1)[0]
+    env = {**harness.environment(step["env"], episode), "PATH": "/usr/bin:/bin"}
+    shown = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {words}"], env=env, capture_output=True, check=True
+    ).stdout
+    assert shown.split(b"\0")[:-1] == [HOSTILE.encode()]
+    assert env[INSTRUCTION] == HOSTILE and env["OPENAI_API_KEY"] == "harbor-openenv-key"
+
+
+def test_a_model_name_that_needs_quoting_is_refused_in_one_line():
+    harness = opencode()
+    _, step = harness.steps
+    with pytest.raises(HarnessError, match=r"takes the model's name on its command line") as err:
+        harness.command(step["command"], run(model="m' && curl x #"))
+    assert "\n" not in str(err.value)
+
+
+def test_claude_codes_commands_hold_no_placeholder_to_replace():
+    dialect, failure = KINDS["claude-code"]
+    harness = CachedHarness(BUILDS["claude-code"], dialect, failure)
+    episode = run(model="any name, quoted or not")
+    assert [harness.command(s["command"], episode) for s in harness.steps] == [
+        s["command"] for s in harness.steps
+    ]
+
+
+def test_opencodes_events_say_whether_it_failed():
+    ok = "\n".join(json.dumps(e) for e in ({"type": "step_start"}, {"type": "step_finish"}))
+    assert opencode_failure(ok) is None
+    error = {"type": "error", "error": {"name": "APIError", "data": {"message": "no model x"}}}
+    assert opencode_failure(ok + "\n" + json.dumps(error)) == "no model x"
+    assert opencode_failure("bash: opencode: not found") == "opencode reported no event"
+
+
+def test_a_cache_without_opencode_says_how_to_fill_it(tmp_path):
+    from harbor_openenv.config import Settings
+
+    settings = Settings(harness_cache=tmp_path)
+    with pytest.raises(HarnessError, match=r"harnesses fill .* opencode"):
+        from_settings("opencode", settings)
