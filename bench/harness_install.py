@@ -8,7 +8,7 @@ server does. Mounted, the install is what a rollout does before the harness star
 that picks the build and checks its libraries load (``CachedHarness.locate``). Uploaded, it is
 the same build's tar imported through the engine, then the same probe.
 
-    .venv/bin/python bench/harness_install.py --cache .cache/harnesses [--reps 5]
+    .venv/bin/python bench/harness_install.py --cache ~/.cache/harbor-openenv/harnesses [--reps 5]
 """
 
 from __future__ import annotations

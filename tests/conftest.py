@@ -203,25 +203,28 @@ def codex_package(docker_client) -> Path:
 def harness_cache(docker_client) -> Path:
     """The harness cache (``harbor-openenv harnesses fill``) of every cached harness at its pinned
     version, glibc and musl builds for the engine's architecture, and terminus-2's portable tmux,
-    filled once into .cache as `harbor-openenv harnesses fill` fills it (about 800 MB for
-    claude-code, 4.5 MB for tmux; one filler at a time)."""
+    filled as `harbor-openenv harnesses fill` fills it (about 1.5 GB: claude-code 753 MB, opencode
+    362 MB, node and the Node harnesses 340 MB; one filler at a time). It is the machine's, in
+    ~/.cache/harbor-openenv/harnesses beside Harbor's venv, so a clean clone does not fetch it
+    again; a harness whose pinned version changed is filled again."""
     from harbor_openenv.harness.cache import BUILDS, MANIFEST, RUNTIMES, host_platforms
 
-    folder = CACHE / "harnesses"
+    shared = Path.home() / ".cache" / "harbor-openenv"
+    folder = shared / "harnesses"
     platforms = host_platforms(docker_client.info()["Architecture"])
-    CACHE.mkdir(exist_ok=True)
-    with open(CACHE / "harnesses.lock", "w") as lock:
+    platform_args = [arg for p in platforms for arg in ("--platform", p)]
+    fill = [sys.executable, "-m", "harbor_openenv.cli", "harnesses", "fill", str(folder)]
+    shared.mkdir(parents=True, exist_ok=True)
+    with open(shared / "harnesses.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for name, build in BUILDS.items():
             manifest = folder / name / MANIFEST
             if manifest.is_file() and f'"version": "{build.version}"' in manifest.read_text():
                 continue
-            platform_args = [arg for p in platforms for arg in ("--platform", p)]
-            fill = [sys.executable, "-m", "harbor_openenv.cli", "harnesses", "fill"]
-            subprocess.run([*fill, str(folder), name, *platform_args], check=True)
+            subprocess.run([*fill, name, *platform_args], check=True)
         for name in RUNTIMES:
             if not (folder / name / MANIFEST).is_file():
-                subprocess.run([*fill, str(folder), name], check=True)
+                subprocess.run([*fill, name], check=True)
     return folder
 
 
