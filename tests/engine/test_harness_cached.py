@@ -95,7 +95,7 @@ def tool_outputs(model) -> str:
 @pytest.mark.parametrize("harness", HARNESSES)
 def test_the_harness_fixes_the_task_with_each_turns_tokens(srv, harness, task):
     answer, model = rollout(srv, harness, task, [Call(FIXES[task]), Say("Fixed.")])
-    assert answer.error is None, (answer.error, answer.info["rollout"])
+    assert answer.error is None, (answer.error, answer.info.get("rollout"))
     outcome = (answer.action_type, answer.done, answer.reward)
     assert outcome == ("rollout", True, 1.0), tool_outputs(model)
     captured = answer.info["rollout"]

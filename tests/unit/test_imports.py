@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -66,10 +67,12 @@ def test_server_and_client_skip_gradio_unless_the_web_ui_is_on(tmp_path):
         print(sorted(m for m in sys.modules if m.split(".")[0] == "gradio")[:3])
         import gradio  # still importable afterwards
         """
-    off = run(code)
+    with ThreadPoolExecutor(2) as both:  # each import of gradio takes seconds: side by side
+        off_run = both.submit(run, code)
+        on_run = both.submit(run, code, ENABLE_WEB_INTERFACE="true")
+        off, on = off_run.result(), on_run.result()
     assert off.returncode == 0, off.stderr
     assert off.stdout.strip() == "[]"
-    on = run(code, ENABLE_WEB_INTERFACE="true")
     assert on.returncode == 0, on.stderr
     assert "'gradio'" in on.stdout
 

@@ -30,12 +30,12 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 from harbor_openenv.helper import MOUNT_DIR
 
+from . import archives
 from .base import HarnessError
 from .portable import fill_tmux_cache
 
@@ -252,15 +252,12 @@ def _launcher(build: Build, platform: str, target: Path) -> None:
 
 class HarnessCache:
     """The filled cache at ``root``: what it holds, and its builds for an architecture as one
-    tar archive for the helper's volume (made once, in a temporary folder removed with this
-    object or at exit)."""
+    tar archive for the helper's volume (made once per content, :mod:`.archives`)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._archives: dict[str, Path | None] = {}
         self._lock = threading.Lock()
-        self._scratch = Path(tempfile.mkdtemp(prefix="harbor-openenv-harnesses-"))
-        weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
 
     def harnesses(self) -> dict[str, dict[str, object]]:
         """Each filled harness's manifest, by name."""
@@ -290,7 +287,6 @@ class HarnessCache:
         ]
         if not folders:
             return None
-        target = self._scratch / f"harnesses-{machine}.tar"
 
         def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
             info.uid = info.gid = 0
@@ -298,8 +294,15 @@ class HarnessCache:
             info.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
             return info
 
-        with tarfile.open(target, "w") as tar:
-            for folder in folders:
-                name = f"harnesses/{folder.parent.name}/{folder.name}"
-                tar.add(folder, arcname=name, filter=owned)
-        return target
+        def write(target: Path) -> None:
+            with tarfile.open(target, "w") as tar:
+                for folder in folders:
+                    name = f"harnesses/{folder.parent.name}/{folder.name}"
+                    tar.add(folder, arcname=name, filter=owned)
+
+        key = [machine] + [
+            f"{folder.parent.name}/{folder.name}/{entry}"
+            for folder in folders
+            for entry in archives.files_of(folder)
+        ]
+        return archives.shared(f"harnesses-{machine}", key, write)

@@ -18,11 +18,8 @@ proxy's session, not here; the wall time by the budget.
 from __future__ import annotations
 
 import json
-import shutil
 import tarfile
-import tempfile
 import threading
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal
@@ -33,6 +30,7 @@ from harbor_openenv.helper import MOUNT_DIR
 from harbor_openenv.sandbox.base import Sandbox
 from harbor_openenv.sandbox.errors import SandboxError
 
+from . import archives
 from .base import HarnessError, HarnessResult, HarnessRun
 from .keyed_port import KeyedPort, target_of
 
@@ -68,8 +66,6 @@ class Codex:
         self.port = port
         self._archives: dict[str, Path] = {}  # architecture -> the install archive, made once
         self._lock = threading.Lock()
-        self._scratch = Path(tempfile.mkdtemp(prefix="harbor-openenv-codex-"))
-        weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Codex:
@@ -166,24 +162,31 @@ class Codex:
 
     def _archive(self, machine: str, prefix: str = "") -> Path:
         """The install archive for ``machine`` (its names under ``prefix``; the upload's has the
-        sticky ``home`` too), made once in the harness's temporary folder (removed with the
-        harness, or at exit)."""
+        sticky ``home`` too), made once per content (:mod:`.archives`)."""
         with self._lock:
             key = prefix + machine
             if key not in self._archives:
                 triple = _TRIPLES.get(machine)
                 if triple is None:
                     raise HarnessError(f"codex has no build for the container's {machine!r}")
-                target = self._scratch / f"{prefix.strip('/') or 'install'}-{triple}.tar"
-                with tarfile.open(target, "w") as tar:
-                    if not prefix:
-                        home = tarfile.TarInfo("home")
-                        home.type, home.mode = tarfile.DIRTYPE, 0o1777
-                        tar.addfile(home)
-                    for name, source, size in _sources(self.package, triple):
-                        info = tarfile.TarInfo(prefix + name)
-                        info.size, info.mode = size, 0o755
-                        tar.addfile(info, source)
+                archive = f"codex-{prefix.strip('/') or 'install'}-{triple}"
+
+                def write(target: Path) -> None:
+                    with tarfile.open(target, "w") as tar:
+                        if not prefix:
+                            home = tarfile.TarInfo("home")
+                            home.type, home.mode = tarfile.DIRTYPE, 0o1777
+                            tar.addfile(home)
+                        for name, source, size in _sources(self.package, triple):
+                            info = tarfile.TarInfo(prefix + name)
+                            info.size, info.mode = size, 0o755
+                            tar.addfile(info, source)
+
+                package = self.package.resolve()
+                listing = archives.files_of(package) if package.is_dir() else []
+                found = package.stat()
+                content = [str(package), f"{found.st_size} {found.st_mtime_ns}", *listing]
+                target = archives.shared(archive, content, write)
                 self._archives[key] = target
             return self._archives[key]
 
