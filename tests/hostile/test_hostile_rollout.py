@@ -64,16 +64,18 @@ def reach_server(srv) -> str:
     )
 
 
-def rollout(srv, model, task, script):
+def rollout(srv, model, task, script, harness="mini-swe-agent", max_turns=5, timeout_s=120):
+    """A rollout of ``harness`` on ``task``, the trainer's key given, ``model`` answering the
+    script named ``script``."""
     with srv.client() as env:
         env.reset(task_id=task)
         return env.rollout(
-            "mini-swe-agent",
+            harness,
             base_url=model.base_url,
             model=script,
             api_key=TRAINER_KEY,
-            max_turns=5,
-            timeout_s=120,
+            max_turns=max_turns,
+            timeout_s=timeout_s,
         ).observation
 
 
@@ -195,23 +197,10 @@ def terminus_model(srv_terminus):
         yield scripted
 
 
-def terminus_rollout(srv, model, task, script):
-    with srv.client() as env:
-        env.reset(task_id=task)
-        return env.rollout(
-            "terminus-2",
-            base_url=model.base_url,
-            model=script,
-            api_key=TRAINER_KEY,
-            max_turns=6,
-            timeout_s=180,
-        ).observation
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("task", ["grade", "grade-nobody"])
 def test_a_reward_terminus_planted_does_not_count(srv_terminus, terminus_model, task):
-    answer = terminus_rollout(srv_terminus, terminus_model, task, "plant")
+    answer = rollout(srv_terminus, terminus_model, task, "plant", "terminus-2", 6, 180)
     assert answer.info["rollout"]["status"] == "completed", answer.error
     shown = terminus_model.turns("plant")[-1]["messages"][1:]
     if task == "grade":  # root: the planter ran (nobody may not write /logs/verifier at all)
@@ -222,7 +211,7 @@ def test_a_reward_terminus_planted_does_not_count(srv_terminus, terminus_model, 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("task", ["grade", "grade-nobody"])
 def test_terminus_finds_no_secret_and_cannot_reach_the_server(srv_terminus, terminus_model, task):
-    answer = terminus_rollout(srv_terminus, terminus_model, task, "hunt")
+    answer = rollout(srv_terminus, terminus_model, task, "hunt", "terminus-2", 6, 180)
     session_key = answer.info["rollout"]["session_id"]
     assert answer.info["rollout"]["status"] == "completed", answer.error
     calls = terminus_model.turns("hunt")[-4:]
@@ -265,17 +254,8 @@ def srv_cached(docker_client, tasks, harness_cache):
 
 def cached_rollout(srv, harness, task, script):
     """A rollout of the cached ``harness`` on ``task`` whose model answers ``script``."""
-    with CodexModel(script) as model, srv.client() as env:
-        env.reset(task_id=task)
-        answer = env.rollout(
-            harness,
-            base_url=model.base_url,
-            model="scripted",
-            api_key=TRAINER_KEY,
-            max_turns=6,
-            timeout_s=240,
-        ).observation
-    return answer, model
+    with CodexModel(script) as model:
+        return rollout(srv, model, task, "scripted", harness, 6, 240), model
 
 
 @pytest.mark.timeout(600)
