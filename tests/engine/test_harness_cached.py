@@ -13,7 +13,7 @@ import shutil
 import textwrap
 
 import pytest
-from _model import Call, Say, ScriptedModel
+from _model import Call, Read, Say, ScriptedModel
 from _server import ROOT, Server
 
 pytestmark = pytest.mark.docker
@@ -113,9 +113,11 @@ def test_the_harness_fixes_the_task_with_each_turns_tokens(srv, harness, task):
 
 @pytest.mark.parametrize("harness", HARNESSES)
 def test_a_non_fix_gives_zero(srv, harness):
-    # no command substitution: gemini-cli's shell tool refuses $(...)
-    listing = "ls /sys/class/net | sed 's/^/net=/'"
-    script = [Call(f"{listing}; echo hello > /app/other.txt"), Say("Done.")]
+    # no command substitution: gemini-cli's shell tool refuses $(...). The listing is read back
+    # through the harness's file tool: qwen-code's shell can lose a command's output (it settles
+    # on the child's exit before stdout has drained).
+    listing = "ls /sys/class/net | sed 's/^/net=/' > /app/net.txt"
+    script = [Call(f"{listing}; echo hello > /app/other.txt"), Read("/app/net.txt"), Say("Done.")]
     answer, model = rollout(srv, harness, "hello-world", script)
     assert (answer.error, answer.reward) == (None, 0.0), answer
     assert answer.info["rollout"]["status"] == "completed"

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible model server on 127.0.0.1, for harness tests.
 
 It answers from a script of turns (:class:`Call`: run a shell command through the harness's own
-tool; :class:`Say`: a final message), one per model call, in two dialects:
+tool; :class:`Read`: read a file through its own file tool; :class:`Say`: a final message), one
+per model call, in two dialects:
 
 - ``POST /v1/chat/completions`` as vLLM answers it when the capture proxy asks for tokens
   (``return_token_ids``, ``logprobs``): ``prompt_token_ids`` at the top level, each choice's
@@ -49,13 +50,26 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Read:
+    """A turn that reads the file at ``path`` through the harness's own file-reading tool, not
+    its shell: what a command wrote there reaches the model even where the shell tool can lose a
+    command's output (qwen-code 0.24.4's one-shot shell settles on the child's exit, before its
+    stdout has drained)."""
+
+    path: str
+
+
+@dataclass(frozen=True)
 class Say:
     """A turn that answers ``text`` and calls no tool: the harness's run ends."""
 
     text: str
 
 
-Turn = Call | Say
+Turn = Call | Read | Say
+
+# The tool each harness offers for reading a file: Claude Code, gemini-cli and qwen-code, opencode.
+READ_TOOLS = ("Read", "read_file", "read")
 
 
 def _tool_names(body: dict[str, Any]) -> list[str]:
@@ -74,6 +88,24 @@ def _shell_call(body: dict[str, Any], command: str) -> tuple[str, str]:
         if name in offered:
             return name, json.dumps(arguments(command))
     raise AssertionError(f"no shell tool among {offered}")
+
+
+def _read_call(body: dict[str, Any], path: str) -> tuple[str, str]:
+    """The tool name and JSON arguments that read ``path`` with the tools ``body`` offers: the
+    tool's one required argument that names a path (file_path, absolute_path, filePath)."""
+    for tool in body.get("tools") or []:
+        spec = tool.get("function") or tool
+        if spec.get("name") in READ_TOOLS:
+            schema = spec.get("parameters") or spec.get("input_schema") or {}
+            (argument,) = [name for name in schema.get("required", []) if "path" in name.lower()]
+            return spec["name"], json.dumps({argument: path})
+    raise AssertionError(f"no file-reading tool among {_tool_names(body)}")
+
+
+def _tool_call(body: dict[str, Any], turn: Call | Read) -> tuple[str, str]:
+    if isinstance(turn, Call):
+        return _shell_call(body, turn.command)
+    return _read_call(body, turn.path)
 
 
 def _ids(text: str) -> list[int]:
@@ -127,8 +159,8 @@ class ScriptedModel:
         turn = self._next(body)
         prompt = "".join(json.dumps(message, sort_keys=True) for message in body["messages"])
         message: dict[str, Any] = {"role": "assistant", "content": None}
-        if isinstance(turn, Call):
-            name, arguments = _shell_call(body, turn.command)
+        if isinstance(turn, Call | Read):
+            name, arguments = _tool_call(body, turn)
             call_id = f"call_{len(self.requests)}"
             message["tool_calls"] = [
                 {
@@ -183,8 +215,8 @@ class ScriptedModel:
         """A Responses API answer: the response and the output items it carries."""
         turn = self._next(body)
         number = len(self.requests)
-        if isinstance(turn, Call):
-            name, arguments = _shell_call(body, turn.command)
+        if isinstance(turn, Call | Read):
+            name, arguments = _tool_call(body, turn)
             item: dict[str, Any] = {
                 "type": "function_call",
                 "id": f"fc_{number}",
