@@ -76,11 +76,9 @@ def srv(docker_client, harness_cache, tmp_path_factory):
 
 def rollout(srv, harness, task, script, *, timeout_s=240):
     """A rollout of ``harness`` on ``task`` whose model answers ``script``."""
-    with ScriptedModel(script) as model, srv.client() as env:
-        env.reset(task_id=task)
-        answer = env.rollout(
-            harness, base_url=model.base_url, model="scripted", max_turns=10, timeout_s=timeout_s
-        ).observation
+    with ScriptedModel(script) as model:
+        limits = {"max_turns": 10, "timeout_s": timeout_s}
+        answer = srv.rollout(task, harness, base_url=model.base_url, model="scripted", **limits)
     return answer, model
 
 

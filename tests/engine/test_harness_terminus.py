@@ -68,11 +68,9 @@ def model():
 
 
 def rollout(server, model, task, script, **fields):
-    with server.client() as env:
-        env.reset(task_id=task)
-        return env.rollout(
-            "terminus-2", base_url=model.base_url, model=script, timeout_s=300, **fields
-        ).observation
+    return server.rollout(
+        task, "terminus-2", base_url=model.base_url, model=script, timeout_s=300, **fields
+    )
 
 
 @pytest.mark.timeout(900)

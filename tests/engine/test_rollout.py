@@ -52,11 +52,7 @@ def server(records):
 
 
 def rollout(server, model, task, script, **fields):
-    with server.client() as env:
-        env.reset(task_id=task)
-        return env.rollout(
-            "mini-swe-agent", base_url=model.base_url, model=script, **fields
-        ).observation
+    return server.rollout(task, "mini-swe-agent", base_url=model.base_url, model=script, **fields)
 
 
 @pytest.mark.parametrize(

@@ -67,16 +67,8 @@ def reach_server(srv) -> str:
 def rollout(srv, model, task, script, harness="mini-swe-agent", max_turns=5, timeout_s=120):
     """A rollout of ``harness`` on ``task``, the trainer's key given, ``model`` answering the
     script named ``script``."""
-    with srv.client() as env:
-        env.reset(task_id=task)
-        return env.rollout(
-            harness,
-            base_url=model.base_url,
-            model=script,
-            api_key=TRAINER_KEY,
-            max_turns=max_turns,
-            timeout_s=timeout_s,
-        ).observation
+    fields = {"api_key": TRAINER_KEY, "max_turns": max_turns, "timeout_s": timeout_s}
+    return srv.rollout(task, harness, base_url=model.base_url, model=script, **fields)
 
 
 @pytest.mark.parametrize("task", ["grade", "grade-nobody"])
@@ -112,17 +104,8 @@ def test_the_container_holds_no_secret_and_cannot_reach_the_server(srv, model, t
 
 def codex_rollout(srv, task, script):
     """A codex rollout on ``task`` whose model answers ``script``: the answer and the model."""
-    with CodexModel(script) as model, srv.client() as env:
-        env.reset(task_id=task)
-        answer = env.rollout(
-            "codex",
-            base_url=model.base_url,
-            model="scripted",
-            api_key=TRAINER_KEY,
-            max_turns=5,
-            timeout_s=180,
-        ).observation
-    return answer, model
+    with CodexModel(script) as model:
+        return rollout(srv, model, task, "scripted", "codex", 5, 180), model
 
 
 def tool_outputs(model) -> str:

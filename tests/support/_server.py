@@ -35,6 +35,13 @@ class Server(launch.Server):
     def __init__(self, tasks: Path, *, python: str | None = None, **env: str) -> None:
         super().__init__(tasks, token=TOKEN, python=python, **env)
 
+    def rollout(self, task: str, harness: str, *, base_url: str, model: str, **fields):
+        """The observation of one episode of ``task``: a reset, then ``harness``'s rollout
+        against the model at ``base_url``."""
+        with self.client() as env:
+            env.reset(task_id=task)
+            return env.rollout(harness, base_url=base_url, model=model, **fields).observation
+
 
 def runtime_containers(client, owner_prefix: str | None = None, *, probes: bool = False) -> list:
     """This runtime's containers, optionally only those of one server process; an image's reach
