@@ -543,6 +543,30 @@ def test_rendered_readme_states_what_a_user_needs(copie):
     assert "uv.lock" in (project / ".gitignore").read_text().splitlines()
 
 
+@pytest.mark.parametrize(
+    "picked, size",
+    [([], None), (["opencode"], 362), (["gemini-cli", "qwen-code"], 348), (["claude-code"], 753)],
+)
+def test_the_picked_cached_harnesses_get_their_fill_command(copie, picked, size):
+    """The answer ``cached_harnesses``: none gives the update that picks one; a pick gives the
+    command that fills harnesses/ with those, its size (node once for the Node harnesses), and the
+    run line that mounts it; harnesses/ is neither committed nor built in."""
+    project = render(copie, cached_harnesses=picked)
+    readme = (project / "README.md").read_text()
+    assert "/harnesses/" in (project / ".gitignore").read_text().splitlines()
+    assert "harnesses" in (project / ".dockerignore").read_text().splitlines()
+    if not picked:
+        assert "harbor-openenv:road:harness-cache" not in readme
+        assert "update -d 'cached_harnesses=[opencode]'" in " ".join(readme.split())
+        return
+    block = readme.split("<!-- harbor-openenv:road:harness-cache -->\n```bash\n")[1]
+    fill = block.splitlines()[0]
+    assert fill.startswith(f"uv run harbor-openenv harnesses fill harnesses {' '.join(picked)} ")
+    assert f"once (about {size} MB" in readme
+    assert "-e HARBOR_OPENENV_HARNESS_CACHE=/opt/harnesses" in block.split("```")[0]
+    assert f'# or "codex", "{picked[0]}"' in readme
+
+
 def test_an_update_to_a_release_removes_the_unreleased_runtime_wheels(tmp_path):
     """The update's after-migration without --build-runtime (the new version is a published
     release): wheels an unreleased version built (their local label +src.) go, others stay."""
