@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from _task_helpers import make_task
 
@@ -32,16 +30,17 @@ def test_nested_ids_skip_hidden_folders(tmp_path):
     assert Dataset(tmp_path).ids == ["group/one", "group/two", "top"]
 
 
-def test_listing_does_not_parse(tmp_path):
-    for i in range(10_000):
+def test_listing_does_not_parse(tmp_path, monkeypatch):
+    import harbor_openenv.tasks.config as config
+
+    parsed = []
+    monkeypatch.setattr(config.tomllib, "loads", lambda text: parsed.append(text) or {})
+    for i in range(500):
         task = tmp_path / f"t{i:05d}"
         task.mkdir()
         (task / "task.toml").write_text("this is not toml [")
-    start = time.perf_counter()
     dataset = Dataset(tmp_path)
-    assert len(dataset) == 10_000
-    elapsed = time.perf_counter() - start
-    task = dataset["t00042"]
-    assert "_parsed" not in task.__dict__  # nothing was read yet
-    assert task.kind is TaskKind.INVALID
-    assert elapsed < 5, f"listing 10,000 tasks took {elapsed:.2f} s"
+    assert len(dataset) == 500 and "t00042" in dataset
+    assert parsed == []  # nothing was read: a task is parsed when it is first used
+    monkeypatch.undo()
+    assert dataset["t00042"].kind is TaskKind.INVALID

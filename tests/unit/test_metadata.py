@@ -11,6 +11,7 @@ import yaml
 from _server import FIXTURE_TASKS, ROOT, Server
 
 from harbor_openenv import __version__
+from harbor_openenv.server.metadata import environment_about
 
 
 def metadata(tasks, **env) -> dict:
@@ -45,7 +46,7 @@ def test_metadata_of_a_rendered_environment(tmp_path):
 def test_metadata_from_variables_or_the_folder(tmp_path):
     home = tmp_path / "some-dataset"
     shutil.copytree(FIXTURE_TASKS / "edit-file", home / "tasks" / "edit-file")
-    about = metadata(home / "tasks")
+    about = environment_about(home / "tasks")  # the server's own answer is the test above's
     assert (about["name"], about["version"]) == ("some-dataset", None)
     assert about["description"].endswith(f"(served by harbor-openenv {__version__})")
 
