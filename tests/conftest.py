@@ -226,16 +226,3 @@ def harness_cache(docker_client) -> Path:
             if not (folder / name / MANIFEST).is_file():
                 subprocess.run([*fill, name], check=True)
     return folder
-
-
-# -- pytest-xdist ----------------------------------------------------------------------------------
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items):
-    """Under ``-n N --dist loadgroup``, a module's tests stay on one worker (as ``loadscope``
-    would: its module-scoped sandbox or server starts once), unless a test names its own
-    ``xdist_group``: tests sharing one group run on one worker, one after the other."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
