@@ -25,7 +25,6 @@ nonce and forge one answer: that answer is the agent's own output, which it cont
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import struct
@@ -99,8 +98,7 @@ class Channel:
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        stream.close(self._sock)
 
     def run(self, command: Command) -> ExecResult:
         """Run one command; raises :class:`ChannelBusy` while another runs, and

@@ -214,7 +214,7 @@ class DockerSandbox(Sandbox):
             finally:
                 link.close()
         finally:
-            sock.close()
+            stream.close(sock)
 
     def changes(self) -> list[tuple[str, int]]:
         """The engine's list of the container's changes (``GET /containers/{id}/changes``)."""
@@ -277,7 +277,7 @@ class DockerSandbox(Sandbox):
         except OSError as exc:
             raise SandboxError(f"lost the keeper's connection: {exc}") from None
         finally:
-            sock.close()
+            stream.close(sock)
         raise SandboxError("the keeper's output ended (is PID 1 the runtime's helper?)")
 
     def remove(self) -> None:
@@ -334,7 +334,7 @@ class DockerSandbox(Sandbox):
         except TimeoutError:
             timed_out = True
         finally:
-            sock.close()
+            stream.close(sock)
         exit_code = None if timed_out else self._exit_code(exec_id)
         raw_output = b"".join(chunks)
         output = raw_output.decode("utf-8", errors="replace")

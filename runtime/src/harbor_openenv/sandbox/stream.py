@@ -4,6 +4,7 @@ HTTP response; these read it with a deadline and end what is sent without ending
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import ssl
@@ -23,7 +24,17 @@ def wait_readable(sock: socket.socket, timeout: float) -> bool:
     at a time: bytes already decrypted (``pending``) are never signalled by the socket."""
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
-    return bool(select.select([sock], [], [], max(timeout, 0))[0])
+    poller = select.poll()  # not select(): a server's descriptors go past FD_SETSIZE (1024)
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(max(timeout, 0) * 1000))
+
+
+def close(sock: object) -> None:
+    """Close docker-py's socket and the one below it: closing its wrapper (a ``SocketIO``) alone
+    leaves the descriptor open until the garbage collector finds the HTTP response holding it."""
+    for each in (sock, raw_socket(sock)):
+        with contextlib.suppress(OSError):
+            cast(Any, each).close()
 
 
 def close_write(sock: socket.socket) -> None:
