@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -565,6 +566,19 @@ def test_the_picked_cached_harnesses_get_their_fill_command(copie, picked, size)
     assert f"once (about {size} MB" in readme
     assert "-e HARBOR_OPENENV_HARNESS_CACHE=/opt/harnesses" in block.split("```")[0]
     assert f'# or "codex", "{picked[0]}"' in readme
+
+
+def test_the_harness_choices_are_the_runtimes_cached_harnesses():
+    """copier.yml's ``cached_harnesses`` choices and its size table name exactly the harnesses of
+    the runtime's harness cache (its BUILDS but the runtimes they run on, node)."""
+    from harbor_openenv.harness.cache import BUILDS
+
+    runtimes = {build.runtime for build in BUILDS.values()}
+    harnesses = sorted(name for name in BUILDS if name not in runtimes)
+    config = yaml.safe_load((REPO / "copier.yml").read_text())
+    assert config["cached_harnesses"]["choices"] == harnesses
+    sizes = config["harness_cache_mb"]["default"]
+    assert sorted(re.findall(r'"([a-z-]+)": \d+', sizes)) == harnesses, sizes
 
 
 def test_an_update_to_a_release_removes_the_unreleased_runtime_wheels(tmp_path):
