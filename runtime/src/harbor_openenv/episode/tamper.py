@@ -56,7 +56,6 @@ SUSPECT = (
     "shell_startup",
     "image_files",
 )
-CLASSES = (*SUSPECT, "installs", "other")
 _IGNORED = ("/logs", "/tests", "/solution", "/proc", "/sys", "/.harbor-openenv")
 # The engine's own files of each container, bind-mounted: its list names them, and its archive
 # operations (every upload) set their ctime, so neither list tells whether the agent changed them.
