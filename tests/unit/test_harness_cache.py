@@ -1,5 +1,6 @@
 """The harness cache's logic without an engine or npm: a Node harness's package kept from its npm
-pack with the launcher that runs it on the cache's node (executed here, a stand-in node), the
+pack with the launcher that runs it on the cache's node (executed here, a stand-in node), one
+installed with its dependencies for its platform (a stand-in npm) and no link kept, the
 instruction and model put where Harbor's command had them, quoted as Harbor quotes them, and a
 cache without the runtime a harness needs named in one line (the real runs:
 tests/engine/test_harness_cached.py)."""
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from harbor_openenv.config import Settings
 from harbor_openenv.harness import cached
 from harbor_openenv.harness.base import HarnessError
-from harbor_openenv.harness.cache import BUILDS, _launcher, _unpack
+from harbor_openenv.harness.cache import BUILDS, _install, _launcher, _unpack
 
 
 def pack(path, files: dict[str, bytes]) -> None:
@@ -55,6 +56,49 @@ def test_a_pack_without_the_folder_or_script_is_one_error(tmp_path):
         _unpack(tgz, BUILDS["qwen-code"].files, tmp_path / "out")
     with pytest.raises(HarnessError, match=r"no script lib/cli-entry\.js to run on node"):
         _launcher(BUILDS["qwen-code"], "linux-x64", tmp_path / "out")
+
+
+NPM = """#!/bin/sh
+# a stand-in npm: records its arguments, installs a package with npm's .bin link and one more
+echo "$@" > "$ARGS"
+while [ "$1" != --prefix ]; do shift; done
+mkdir -p "$2/node_modules/.bin" "$2/node_modules/pkg/dist"
+echo '// cli' > "$2/node_modules/pkg/dist/cli.js"
+ln -s ../pkg/dist/cli.js "$2/node_modules/.bin/pkg"
+ln -s /etc/passwd "$2/node_modules/pkg/outside"
+"""
+
+
+@pytest.mark.parametrize(
+    ("platform", "flags"),
+    [
+        ("linux-x64", "--os=linux --cpu=x64 --libc=glibc"),
+        ("linux-arm64-musl", "--os=linux --cpu=arm64 --libc=musl"),
+    ],
+)
+def test_a_tree_build_is_installed_for_its_platform_no_script_run_no_link_kept(
+    tmp_path, monkeypatch, platform, flags
+):
+    npm = tmp_path / "bin" / "npm"
+    npm.parent.mkdir()
+    npm.write_text(NPM)
+    npm.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{npm.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("ARGS", str(tmp_path / "args"))
+    lib = tmp_path / "lib"
+    _install(BUILDS["pi"], platform, lib)
+    args = (tmp_path / "args").read_text().split()
+    assert (
+        args[:2] == ["install", "--silent"] and args[-1] == "@earendil-works/pi-coding-agent@1.6.0"
+    )
+    assert {"--ignore-scripts", "--omit=dev", "--no-save", *flags.split()} <= set(args)
+    kept = sorted(str(p.relative_to(lib)) for p in lib.rglob("*"))
+    assert kept == [
+        "node_modules",
+        "node_modules/pkg",
+        "node_modules/pkg/dist",
+        "node_modules/pkg/dist/cli.js",
+    ]
 
 
 def command_of(instruction: str, model: str = "scripted") -> str:

@@ -1,5 +1,6 @@
 """The harness cache: inside harnesses with the runtime each needs, filled on the server's host
-from the npm registry (``npm pack``, pinned versions) and put read-only into every task container.
+from the npm registry (``npm pack`` or ``npm install``, pinned versions) and put read-only into
+every task container.
 
 Layout on the host (``HARBOR_OPENENV_HARNESS_CACHE``)::
 
@@ -15,6 +16,10 @@ packages (glibc only: npm has no musl build), through a launcher its fill writes
     CACHE/node/<platform>/bin/node
     CACHE/<harness>/<platform>/lib/...       the harness's npm package, as packed
     CACHE/<harness>/<platform>/bin/<command> exec ../../node/<platform>/bin/node lib/<script>
+
+A Node harness whose package needs its dependencies (pi) is installed with them instead, by
+``npm install --ignore-scripts --omit=dev`` for the platform, into ``lib/node_modules`` (no
+install script runs on the host; the links npm makes, ``node_modules/.bin``, are left out).
 
 The server puts the cache's builds for its engine's architecture into
 the helper's volume once (:meth:`HarnessCache.volume_archive`), mounted read-only at
@@ -57,7 +62,8 @@ class Build:
     ending in ``/`` keeps that folder) are kept; it ships builds for ``platforms``; it runs
     ``entry`` (a path in the platform's folder). A harness with a ``runtime`` (a build of this
     table: ``node``) is a ``script`` in its folder that runs on it; its ``entry`` is the launcher
-    the fill writes, and the runtime's entry is what must load in the image."""
+    the fill writes, and the runtime's entry is what must load in the image. A ``tree`` build
+    is installed with its dependencies (``npm install``) into ``lib/``; ``files`` is unused."""
 
     name: str
     package: str
@@ -67,6 +73,7 @@ class Build:
     entry: str
     runtime: str | None = None
     script: str | None = None
+    tree: bool = False
 
     def spec(self, platform: str) -> str:
         return f"{self.package.format(platform=platform)}@{self.version}"
@@ -114,6 +121,17 @@ BUILDS = {
             script="lib/cli-entry.js",
         ),
         Build(
+            name="pi",
+            package="@earendil-works/pi-coding-agent",
+            version="1.6.0",
+            files={},
+            platforms=NODE_PLATFORMS,
+            entry="bin/pi",
+            runtime="node",
+            script="lib/node_modules/@earendil-works/pi-coding-agent/dist/bundle/cli.js",
+            tree=True,
+        ),
+        Build(
             name="opencode",
             package="opencode-{platform}",
             version="1.18.18",
@@ -145,7 +163,8 @@ def platform_of(machine: str, libc: str) -> str:
 
 def fill(root: Path, name: str, platforms: tuple[str, ...]) -> dict[str, int]:
     """Fill ``root/name`` with the harness's builds for ``platforms`` (the ones it ships) with
-    ``npm pack``; replaces what was there. Returns each platform's size in bytes."""
+    ``npm pack`` (``npm install``: a tree build); replaces what was there. Returns each
+    platform's size in bytes."""
     if name in RUNTIMES:  # a runtime a harness beside the container uses, from Debian's packages
         return RUNTIMES[name](root)
     build = BUILDS.get(name)
@@ -156,25 +175,20 @@ def fill(root: Path, name: str, platforms: tuple[str, ...]) -> dict[str, int]:
     if not wanted:
         raise HarnessError(f"{name} ships no build for {', '.join(platforms)}")
     if shutil.which("npm") is None:
-        raise HarnessError("filling the harness cache needs npm (it runs npm pack)")
+        raise HarnessError("filling the harness cache needs npm (it runs npm pack and npm install)")
     folder = root / name
     sizes: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="harbor-openenv-fill-") as scratch:
         for platform in wanted:
             target = Path(scratch) / platform
             target.mkdir()
-            packed = subprocess.run(
-                ["npm", "pack", "--silent", "--pack-destination", scratch, build.spec(platform)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if packed.returncode != 0:
-                problem = (packed.stderr.strip().splitlines() or ["no output"])[-1]
-                raise HarnessError(f"npm pack {build.spec(platform)} failed: {problem}")
-            pack = Path(scratch) / packed.stdout.strip().splitlines()[-1]
-            _unpack(pack, build.files, target)
-            pack.unlink()
+            if build.tree:
+                _install(build, platform, target / "lib")
+            else:
+                packed = _npm("pack", "--pack-destination", scratch, build.spec(platform))
+                pack = Path(scratch) / packed.strip().splitlines()[-1]
+                _unpack(pack, build.files, target)
+                pack.unlink()
             if build.runtime is not None:
                 _launcher(build, platform, target)
             sizes[platform] = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
@@ -200,6 +214,35 @@ def filled(root: Path, build: Build) -> bool:
         return bool(json.loads(manifest.read_text()).get("version") == build.version)
     except (OSError, ValueError):
         return False
+
+
+def _npm(command: str, *arguments: str) -> str:
+    """What ``npm command arguments`` printed; raises :class:`HarnessError` with npm's last
+    line when it fails."""
+    done = subprocess.run(
+        ["npm", command, "--silent", *arguments], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        problem = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise HarnessError(f"npm {command} {arguments[-1]} failed: {problem}")
+    return done.stdout
+
+
+def _install(build: Build, platform: str, lib: Path) -> None:
+    """``build``'s package and its dependencies for ``platform`` (``linux-<cpu>[-musl]``) in
+    ``lib/node_modules``, no install script run, and no link (npm's ``.bin``) kept."""
+    _, cpu, *musl = platform.split("-")
+    _npm(
+        "install",
+        *("--prefix", str(lib), "--ignore-scripts", "--omit=dev", "--no-save"),
+        *("--no-audit", "--no-fund", "--os=linux", f"--cpu={cpu}"),
+        f"--libc={'musl' if musl else 'glibc'}",
+        build.spec(platform),
+    )
+    for path in sorted(lib.rglob("*"), reverse=True):
+        if path.is_symlink():
+            path.unlink()
+    shutil.rmtree(lib / "node_modules" / ".bin", ignore_errors=True)
 
 
 def _unpack(pack: Path, files: dict[str, str], target: Path) -> None:
