@@ -29,6 +29,7 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 from harbor.agents.installed.claude_code import ClaudeCode
 from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.opencode import OpenCode
+from harbor.agents.installed.pi import Pi
 from harbor.agents.installed.qwen_code import QwenCode
 from harbor.models.agent.context import AgentContext
 from harbor.models.model_api_format import ModelApiFormat
@@ -71,17 +72,27 @@ AGENTS: dict[str, tuple[type[Any], str, dict[str, str]]] = {
         f"vllm/{PLACEHOLDERS['model']}",
         {"OPENAI_API_KEY": PLACEHOLDERS["api_key"], "OPENAI_BASE_URL": PLACEHOLDERS["base_url"]},
     ),
+    "pi": (
+        Pi,
+        f"openai/{PLACEHOLDERS['model']}",
+        {"OPENAI_API_KEY": PLACEHOLDERS["api_key"], "OPENAI_BASE_URL": PLACEHOLDERS["base_url"]},
+    ),
 }
 # Each class's further arguments: opencode speaks OpenAI chat through the openai-compatible
 # provider Harbor's class writes into its config, named vllm (opencode's own openai provider
-# would call the Responses API).
+# would call the Responses API); pi through the custom provider of the models.json it uploads
+# (a custom base URL needs the API format named).
 OPTIONS: dict[str, dict[str, Any]] = {
     "opencode": {"model_api_format": ModelApiFormat.OPENAI_CHAT_COMPLETIONS},
+    "pi": {"model_api_format": ModelApiFormat.OPENAI_CHAT_COMPLETIONS},
 }
 
 
 class Recorder:
-    """A Harbor environment that records each ``exec`` and answers it with success."""
+    """A Harbor environment that records each ``exec`` and each file upload (a config file the
+    agent's class writes: its path and text) and answers them with success."""
+
+    default_user = None  # the agent runs as the container's user: no chown after an upload
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
@@ -89,6 +100,9 @@ class Recorder:
     async def exec(self, command: str, **kwargs: Any) -> Any:
         self.calls.append({"command": command, "env": dict(kwargs.get("env") or {})})
         return mock.Mock(return_code=0, stdout="", stderr="")
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        self.calls.append({"upload": target_path, "content": Path(source_path).read_text()})
 
     def __getattr__(self, name: str) -> Any:
         async def nothing(*args: Any, **kwargs: Any) -> None:

@@ -48,3 +48,22 @@ def test_opencode_is_given_an_openai_chat_provider_at_the_placeholder_url():
     assert run["env"]["OPENAI_API_KEY"] == placeholders["api_key"]
     assert f"opencode --model=vllm/{placeholders['model']} run --format=json" in run["command"]
     assert f"-- {placeholders['instruction']} " in run["command"]
+
+
+def test_pi_uploads_a_models_json_of_an_openai_chat_provider_at_the_placeholder_url():
+    table = json.loads(TABLE.read_text())
+    placeholders = table["placeholders"]
+    steps = table["agents"]["pi"]
+    (upload,) = [step for step in steps if "upload" in step]
+    assert upload["upload"] == "/tmp/harbor-pi-agent/models.json"
+    provider = json.loads(upload["content"])["providers"]["harbor-endpoint"]
+    assert provider == {
+        "baseUrl": placeholders["base_url"],
+        "apiKey": "$OPENAI_API_KEY",
+        "api": "openai-completions",
+        "models": [{"id": placeholders["model"]}],
+    }
+    run = steps[-1]
+    assert run["env"] == {"OPENAI_API_KEY": placeholders["api_key"]}
+    assert "PI_CODING_AGENT_DIR=/tmp/harbor-pi-agent pi --print --mode json" in run["command"]
+    assert f"--provider harbor-endpoint --model {placeholders['model']} " in run["command"]
