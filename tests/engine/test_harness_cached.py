@@ -19,8 +19,8 @@ from _server import ROOT, Server
 pytestmark = pytest.mark.docker
 
 EXAMPLES = ROOT / "examples" / "dataset" / "tasks"
-HARNESSES = ["claude-code", "gemini-cli", "qwen-code", "opencode"]
-NODE_HARNESSES = ["gemini-cli", "qwen-code"]  # on the cache's node: glibc's build only
+HARNESSES = ["claude-code", "gemini-cli", "qwen-code", "opencode", "pi"]
+NODE_HARNESSES = ["gemini-cli", "qwen-code", "pi"]  # on the cache's node: glibc's build only
 FIXES = {
     "hello-world": "printf 'Hello, world!\\n' > /app/hello.txt",
     # not `sed -i`: qwen-code's shell tool refuses an in-place edit of a file its read_file tool

@@ -1,10 +1,12 @@
 """How a cached harness's recorded steps are replayed (harness/cached.py): placeholders in a
-command line become the relayed URL, the model's name and the instruction as one shell word;
-opencode's JSON events say whether it failed."""
+command line become the relayed URL, the model's name and the instruction as one shell word; a
+config file Harbor's class uploads (pi's models.json) is written with them; opencode's and pi's
+JSON events say whether it failed."""
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 
 import pytest
@@ -18,6 +20,7 @@ from harbor_openenv.harness.cached import (
     CachedHarness,
     from_settings,
     opencode_failure,
+    pi_failure,
 )
 
 pytestmark = pytest.mark.unit
@@ -90,3 +93,39 @@ def test_a_cache_without_opencode_says_how_to_fill_it(tmp_path):
     settings = Settings(harness_cache=tmp_path)
     with pytest.raises(HarnessError, match=r"harnesses fill .* opencode"):
         from_settings("opencode", settings)
+
+
+def pi() -> CachedHarness:
+    dialect, failure = KINDS["pi"]
+    return CachedHarness(BUILDS["pi"], dialect, failure)
+
+
+def test_pis_uploaded_models_json_is_written_by_the_agents_user_with_the_relayed_url(tmp_path):
+    harness, episode = pi(), run()
+    (upload,) = [step for step in harness.steps if "upload" in step]
+    command, env = harness.shell(upload, episode)
+    target = tmp_path / "agent dir" / "models.json"
+    script = command.replace(upload["upload"], shlex.quote(str(target)))
+    subprocess.run(["bash", "-c", script], env={**env, "PATH": "/usr/bin:/bin"}, check=True)
+    provider = json.loads(target.read_text())["providers"]["harbor-endpoint"]
+    assert provider["baseUrl"] == "http://127.0.0.1:4181/v1"
+    assert provider["models"] == [{"id": "Qwen/Qwen3-8B"}]
+    assert provider["apiKey"] == "$OPENAI_API_KEY"  # the placeholder key, from its environment
+    assert "harbor-openenv" not in target.read_text()
+
+
+def test_a_model_name_that_needs_quoting_is_refused_in_an_uploaded_file_too():
+    harness = pi()
+    (upload,) = [step for step in harness.steps if "upload" in step]
+    with pytest.raises(HarnessError, match=r"takes the model's name"):
+        harness.shell(upload, run(model='m", "x": "y'))
+
+
+def test_pis_events_say_whether_it_failed():
+    end = {"type": "message_end", "message": {"role": "assistant", "stopReason": "stop"}}
+    ok = "\n".join(json.dumps(e) for e in ({"type": "agent_start"}, end))
+    assert pi_failure(ok) is None
+    failed = {"role": "assistant", "stopReason": "error", "errorMessage": "401 no key"}
+    error = {"type": "message_end", "message": failed}
+    assert pi_failure(ok + "\n" + json.dumps(error)) == "401 no key"
+    assert pi_failure("sh: pi: not found") == "pi reported no event"

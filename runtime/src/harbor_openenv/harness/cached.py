@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from .keyed_port import KeyedPort, target_of
 PORT = 4181  # the relayed port inside the container
 LOG_BYTES = 64 << 10  # the tail of the harness's output a result keeps
 INSTRUCTION = "HARBOR_OPENENV_INSTRUCTION"  # the variable a command line takes it from
+FILE = "HARBOR_OPENENV_FILE"  # the variable an uploaded config file's text is written from
 # An agent user without a writable home (nobody's /nonexistent) gets one beside Harbor's logs,
 # where the config files Harbor's commands write (opencode's ~/.config/opencode) can go.
 HOME = '[ -w "$HOME" ] || { export HOME=/logs/agent/home; mkdir -p "$HOME"; }'
@@ -127,10 +129,10 @@ class CachedHarness:
             ):
                 output = ""
                 for step in self.steps:
+                    command, env = self.shell(step, run)
                     result = sandbox.exec(
-                        f'export PATH="{folder}/bin:$PATH"; {HOME}; '
-                        + self.command(step["command"], run),
-                        env=self.environment(step["env"], run),
+                        f'export PATH="{folder}/bin:$PATH"; {HOME}; {command}',
+                        env=env,
                         user=run.user,
                         workdir=run.workdir,
                         timeout_s=run.budget.timeout_s,
@@ -174,6 +176,18 @@ class CachedHarness:
         path = urlsplit(run.model.base_url).path.rstrip("/") if self.dialect.path else ""
         return f"http://127.0.0.1:{self.port}{path}"
 
+    def shell(self, step: dict[str, Any], run: HarnessRun) -> tuple[str, dict[str, str]]:
+        """A recorded step as a command line and its environment: a command as Harbor ran it,
+        or a config file Harbor's class uploaded (pi's models.json), written by the agent's user
+        from :data:`FILE` with the relayed URL and the model's name in it."""
+        if "upload" not in step:
+            return self.command(step["command"], run), self.environment(step["env"], run)
+        path = shlex.quote(step["upload"])
+        values = {self.placeholders["base_url"]: self.relayed_url(run)}
+        values[self.placeholders["model"]] = self._model_name(run)
+        command = f'mkdir -p "$(dirname {path})" && printf %s "${FILE}" > {path}'
+        return command, {FILE: _replace(step["content"], values)}
+
     def environment(self, env: dict[str, str], run: HarnessRun) -> dict[str, str]:
         """A step's environment as Harbor set it, its placeholders replaced: the model's name,
         the relayed URL and the instruction (the key stays a placeholder: the keyed port sets
@@ -190,30 +204,35 @@ class CachedHarness:
         """A step's command line with its placeholders replaced (opencode's has them in the
         config it writes and in its arguments): the relayed URL, the model's name (one that
         needs no shell quoting) and the instruction as one word from :data:`INSTRUCTION`."""
-        model = self.placeholders["model"]
-        if model in command and not _MODEL_NAME.fullmatch(run.model.model):
+        values = {
+            self.placeholders["base_url"]: self.relayed_url(run),
+            self.placeholders["instruction"]: f'"${INSTRUCTION}"',
+        }
+        if self.placeholders["model"] in command:
+            values[self.placeholders["model"]] = self._model_name(run)
+        return _replace(command, values)
+
+    def _model_name(self, run: HarnessRun) -> str:
+        """The model's name, as a command line or a config file holds it unquoted."""
+        if not _MODEL_NAME.fullmatch(run.model.model):
             raise HarnessError(
                 f"{self.name} takes the model's name on its command line: {run.model.model!r}"
                 " has characters other than letters, digits and ._:/@+-"
             )
-        values = {
-            self.placeholders["base_url"]: self.relayed_url(run),
-            model: run.model.model,
-            self.placeholders["instruction"]: f'"${INSTRUCTION}"',
-        }
-        # One pass: a value is never searched for placeholders again.
-        pattern = "|".join(re.escape(p) for p in sorted(values, key=len, reverse=True))
-        return re.sub(pattern, lambda found: values[found.group()], command)
+        return run.model.model
+
+
+def _replace(text: str, values: dict[str, str]) -> str:
+    """``text`` with each key of ``values`` replaced, in one pass: a value is never searched for
+    placeholders again."""
+    pattern = "|".join(re.escape(p) for p in sorted(values, key=len, reverse=True))
+    return re.sub(pattern, lambda found: values[found.group()], text)
 
 
 def claude_failure(output: str) -> str | None:
     """The error Claude Code's ``stream-json`` result reported, if it did."""
-    for line in reversed(output.splitlines()):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("type") == "result":
+    for event in reversed(_json_lines(output)):
+        if event.get("type") == "result":
             if event.get("is_error"):
                 return str(event.get("result") or event.get("subtype") or "an error")
             return None
@@ -229,14 +248,7 @@ def exit_code_failure(output: str) -> None:
 def opencode_failure(output: str) -> str | None:
     """The errors opencode's ``--format=json`` events reported (as Harbor's class reads them),
     or that it reported no event at all."""
-    events = []
-    for line in output.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and "type" in event:
-            events.append(event)
+    events = [event for event in _json_lines(output) if "type" in event]
     if not events:
         return "opencode reported no event"
     messages = []
@@ -250,6 +262,35 @@ def opencode_failure(output: str) -> str | None:
     return "; ".join(messages[:3]) or None
 
 
+def pi_failure(output: str) -> str | None:
+    """The errors pi's ``--mode json`` events reported (an assistant message that stopped on an
+    error names it), or that it reported no event at all."""
+    events = [event for event in _json_lines(output) if "type" in event]
+    if not events:
+        return "pi reported no event"
+    messages = [
+        str(message.get("errorMessage") or "an error")
+        for event in events
+        if event["type"] == "message_end"
+        and isinstance(message := event.get("message"), dict)
+        and message.get("stopReason") == "error"
+    ]
+    return "; ".join(dict.fromkeys(messages[:3])) or None
+
+
+def _json_lines(output: str) -> list[dict[str, Any]]:
+    """The lines of ``output`` that are JSON objects."""
+    found = []
+    for line in output.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            found.append(event)
+    return found
+
+
 # The cache's harnesses: each one's dialect (the capture proxy's matching one) and how its
 # output reports an error.
 KINDS: dict[str, tuple[Dialect, Callable[[str], str | None]]] = {
@@ -257,6 +298,7 @@ KINDS: dict[str, tuple[Dialect, Callable[[str], str | None]]] = {
     "gemini-cli": (GOOGLE, exit_code_failure),  # Google's generateContent
     "qwen-code": (OPENAI, exit_code_failure),  # OpenAI chat completions
     "opencode": (OPENAI, opencode_failure),  # OpenAI chat (its openai-compatible provider)
+    "pi": (OPENAI, pi_failure),  # OpenAI chat (the custom provider of its models.json)
 }
 
 

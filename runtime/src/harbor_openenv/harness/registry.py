@@ -48,6 +48,7 @@ HARNESSES: dict[str, Callable[[Settings], Harness]] = {
     "gemini-cli": _cached("gemini-cli"),
     "qwen-code": _cached("qwen-code"),
     "opencode": _cached("opencode"),
+    "pi": _cached("pi"),
 }
 
 
