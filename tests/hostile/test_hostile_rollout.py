@@ -1,7 +1,7 @@
 """A hostile agent through the rollout path: the scripted model (the one double) makes the real
 harness plant rewards, hunt for secrets and reach for the server, with both kinds of harness:
 mini-swe-agent and terminus-2 (a server from the Python 3.12 venv) beside the container, codex
-and each harness of the harness cache (claude-code, opencode) inside it. The stop before grading
+and each harness of the harness cache inside it. The stop before grading
 and the verifier decide the reward, as for evaluate; nothing the container can read holds the
 orchestration token, the trainer's key or the harness's session key (an inside harness's calls
 get it on the server's side, from the keyed port); the server's port is out of the container's
@@ -10,7 +10,9 @@ reach."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import shlex
 
 import pytest
 from _interop import HARBOR_SERVER_VENV
@@ -109,9 +111,18 @@ def codex_rollout(srv, task, script):
 
 
 def tool_outputs(model) -> str:
-    """What the harness sent back to the model as its commands' output."""
+    """What the harness sent back to the model as its commands' output (a content given as
+    parts: their texts)."""
+
+    def text(content) -> str:
+        if isinstance(content, list):
+            return "\n".join(text(part.get("text", part)) for part in content)
+        with contextlib.suppress(ValueError, LookupError, TypeError):  # gemini-cli: {"output": ...}
+            return str(json.loads(content)["output"])
+        return str(content)
+
     return " ".join(
-        str(m.get("content")) for r in model.requests for m in r["messages"] if m["role"] == "tool"
+        text(m.get("content")) for r in model.requests for m in r["messages"] if m["role"] == "tool"
     )
 
 
@@ -159,14 +170,16 @@ def srv_terminus(docker_client, tasks, harness_cache):
     server.stop()
 
 
-def terminus_hunt() -> str:
+def terminus_hunt(process: str | None = None) -> str:
     """The hunt, its output kept in the container: what comes back to the model (the pane, cut
-    to 10 kB by terminus-2) is its size and how many of the secrets it holds."""
+    to 10 kB by terminus-2) is its size and how many of the secrets it holds (and how many lines
+    name the harness's ``process``)."""
     secrets = base64.b64encode(f"{TOKEN}\n{TRAINER_KEY}\n".encode()).decode()
+    seen = f" HUNT-PROCESS=$(grep -cE -- {shlex.quote(process)} /tmp/hunt.txt)" if process else ""
     return (
         f"({HUNT}) > /tmp/hunt.txt 2>&1; echo HUNT-LINES=$(wc -l < /tmp/hunt.txt)"
         " HUNT-ENV=$(grep -c ^HOSTNAME= /tmp/hunt.txt)"
-        f" HUNT-SECRETS=$(echo {secrets} | base64 -d | grep -cFf - /tmp/hunt.txt)"
+        f" HUNT-SECRETS=$(echo {secrets} | base64 -d | grep -cFf - /tmp/hunt.txt){seen}"
     )
 
 
@@ -222,9 +235,12 @@ def test_terminus_finds_no_secret_and_cannot_reach_the_server(srv_terminus, term
 # -- the harness cache's harnesses (inside the container, from the read-only cache, their model
 # calls keyed on the server's side): each by name, as the cache fills more
 
-CACHED = {  # name: what its own process shows in the hunt (its command line)
+CACHED = {  # name: what its own process shows in the hunt (its command line, a regex)
     "claude-code": "claude --verbose",
     "opencode": "opencode --model=",
+    "gemini-cli": r"gemini\.js --yolo",  # a Node harness: the cache's node running its script
+    "qwen-code": r"cli-entry\.js --yolo",
+    "pi": "^pi$",  # its title
 }
 
 
@@ -235,8 +251,16 @@ def srv_cached(docker_client, tasks, harness_cache):
     server.stop()
 
 
+def opaque(command: str) -> str:
+    """``command`` as a pipeline of plain words that runs it: what a harness's shell tool shows
+    or checks of it (gemini-cli's refuses a command substitution) is never the hunt itself."""
+    return f"echo {base64.b64encode(command.encode()).decode()} | base64 -d | bash"
+
+
 def cached_rollout(srv, harness, task, script):
-    """A rollout of the cached ``harness`` on ``task`` whose model answers ``script``."""
+    """A rollout of the cached ``harness`` on ``task`` whose model answers ``script`` (each
+    command run :func:`opaque`)."""
+    script = [Call(opaque(turn.command)) if isinstance(turn, Call) else turn for turn in script]
     with CodexModel(script) as model:
         return rollout(srv, model, task, "scripted", harness, 6, 240), model
 
@@ -262,7 +286,7 @@ def test_a_cached_harness_finds_no_secret_and_cannot_reach_the_server(srv_cached
     # the hunt counted in the container (its whole output, however the harness cuts what it
     # shows), then shown to the model (for the session's key, known only afterwards)
     script = [
-        Call(terminus_hunt()),
+        Call(terminus_hunt(CACHED[harness])),
         Call(HUNT + "; echo HUNT-END"),
         Call(reach_server(srv_cached)),
         Say("Done."),
@@ -275,7 +299,7 @@ def test_a_cached_harness_finds_no_secret_and_cannot_reach_the_server(srv_cached
     assert int(found["HUNT-LINES"]) > 20 and int(found["HUNT-ENV"]) >= 1, outputs
     assert found["HUNT-SECRETS"] == "0", outputs
     assert "server-unreachable" in outputs and "REACHED-SERVER" not in outputs
-    assert CACHED[harness] in outputs  # the hunt saw the harness's own process
+    assert int(found["HUNT-PROCESS"]) >= 1, outputs  # the hunt saw the harness's own process
     assert ("uid=65534(nobody)" if task == "grade-nobody" else "uid=0(root)") in outputs
     seen = json.dumps(model.requests)
     for secret in (TOKEN, TRAINER_KEY, session_key):
