@@ -546,7 +546,13 @@ def test_rendered_readme_states_what_a_user_needs(copie):
 
 @pytest.mark.parametrize(
     "picked, size",
-    [([], None), (["opencode"], 362), (["gemini-cli", "qwen-code"], 348), (["claude-code"], 753)],
+    [
+        ([], None),
+        (["opencode"], 362),
+        (["gemini-cli", "qwen-code"], 348),
+        (["pi"], 248),
+        (["claude-code"], 753),
+    ],
 )
 def test_the_picked_cached_harnesses_get_their_fill_command(copie, picked, size):
     """The answer ``cached_harnesses``: none gives the update that picks one; a pick gives the
@@ -570,7 +576,8 @@ def test_the_picked_cached_harnesses_get_their_fill_command(copie, picked, size)
 
 def test_the_harness_choices_are_the_runtimes_cached_harnesses():
     """copier.yml's ``cached_harnesses`` choices and its size table name exactly the harnesses of
-    the runtime's harness cache (its BUILDS but the runtimes they run on, node)."""
+    the runtime's harness cache (its BUILDS but the runtimes they run on, node), and node's size
+    is counted for the harnesses that run on it."""
     from harbor_openenv.harness.cache import BUILDS
 
     runtimes = {build.runtime for build in BUILDS.values()}
@@ -579,6 +586,9 @@ def test_the_harness_choices_are_the_runtimes_cached_harnesses():
     assert config["cached_harnesses"]["choices"] == harnesses
     sizes = config["harness_cache_mb"]["default"]
     assert sorted(re.findall(r'"([a-z-]+)": \d+', sizes)) == harnesses, sizes
+    # node counted once beside exactly the harnesses that run on it
+    on_node = sorted(name for name, build in BUILDS.items() if build.runtime == "node")
+    assert f"for name in {on_node!r}".replace("'", '"') in sizes, sizes
 
 
 def test_an_update_to_a_release_removes_the_unreleased_runtime_wheels(tmp_path):
