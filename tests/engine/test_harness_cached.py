@@ -3,7 +3,7 @@ names one, the server runs its build from the helper's volume (the cache, put th
 task's no-network container as Harbor's agent class runs it, its model calls go through the
 relay, the keyed port and OpenEnv's capture proxy (the harness's dialect) to the scripted
 vLLM-like model, and the task's verifier grades it: the example tasks fixed give 1.0, a non-fix
-0.0, and each turn's token ids are the scripted model's. An image that cannot run the build gives
+0.0, and each turn's token ids are the scripted model's, on Debian and on Ubuntu. An image that cannot run the build gives
 one clear error, before the harness starts."""
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ FIXES = {
     "fix-sum-bug": "python3 -c \"import pathlib; p = pathlib.Path('/app/sum_utils.py'); "
     "p.write_text(p.read_text().replace('range(1, len(numbers))', 'range(len(numbers))'))\"",
 }
+# The same fix on the second stand-in distribution (.ci/standin-images.sh): Ubuntu's layout and
+# its older glibc (2.35 to Debian bookworm's 2.36)
+DISTROS = {"hello-world-ubuntu": "FROM ubuntu:22.04\nWORKDIR /app\n"}
+TASKS = {**FIXES, **dict.fromkeys(DISTROS, FIXES["hello-world"])}
 # Images that cannot run a build: busybox's shell and tools (a two-line `bash` that is
 # busybox's sh) with glibc's loader but no libc.so.6, with musl's C library (no Node build), or
 # with no C library at all.
@@ -67,6 +71,9 @@ def srv(docker_client, harness_cache, tmp_path_factory):
         task = tasks / f"hello-world-{image}"
         offline(EXAMPLES / "hello-world", task)
         (task / "environment" / "Dockerfile").write_text(BUSYBOX + lines)
+    for name, dockerfile in DISTROS.items():
+        offline(EXAMPLES / "hello-world", tasks / name)
+        (tasks / name / "environment" / "Dockerfile").write_text(dockerfile)
     server = Server(
         tasks, HARBOR_OPENENV_HARNESS_CACHE=str(harness_cache), HARBOR_OPENENV_BUILD_NETWORK="host"
     )
@@ -89,10 +96,10 @@ def tool_outputs(model) -> str:
     )
 
 
-@pytest.mark.parametrize("task", sorted(FIXES))
+@pytest.mark.parametrize("task", sorted(TASKS))
 @pytest.mark.parametrize("harness", HARNESSES)
 def test_the_harness_fixes_the_task_with_each_turns_tokens(srv, harness, task):
-    answer, model = rollout(srv, harness, task, [Call(FIXES[task]), Say("Fixed.")])
+    answer, model = rollout(srv, harness, task, [Call(TASKS[task]), Say("Fixed.")])
     assert answer.error is None, (answer.error, answer.info.get("rollout"))
     outcome = (answer.action_type, answer.done, answer.reward)
     assert outcome == ("rollout", True, 1.0), tool_outputs(model)

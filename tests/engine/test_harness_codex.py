@@ -113,11 +113,15 @@ def test_an_unreachable_model_is_a_crash(box, codex):
     print(f"unreachable: {result.error}")
 
 
-def test_a_rollout_of_codex_on_a_no_network_task_through_the_server(codex_package, tmp_path):
+@pytest.mark.parametrize("base", ["debian:bookworm-slim", "ubuntu:22.04"])
+def test_a_rollout_of_codex_on_a_no_network_task_through_the_server(codex_package, tmp_path, base):
     """The rollout action names "codex": the server installs it in the task's no-network
-    container, relays its model port to the server's capture proxy, and grades the fix (1.0)."""
+    container (on Debian and on Ubuntu), relays its model port to the server's capture proxy, and
+    grades the fix (1.0)."""
     task = tmp_path / "tasks" / "edit-file-offline"
     shutil.copytree(TASK, task)
+    dockerfile = task / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("debian:bookworm-slim", base))
     toml = (task / "task.toml").read_text()
     (task / "task.toml").write_text(
         toml.replace("[environment]\n", '[environment]\nnetwork_mode = "no-network"\n')

@@ -2,9 +2,9 @@
 venv (the runtime with its harbor extra): Harbor's own Terminus2 drives a tmux session, the
 harness cache's portable tmux (in the helper's volume, read-only), in the bundled examples'
 containers made no-network, with the scripted vLLM-like model (tests/support/_scripted_model.py)
-answering in terminus-2's JSON. A fix scores 1.0 and a non-fix 0.0; the answer's token ids are
-the model's own turn by turn, linked by prefix; an image without what Harbor's tmux session runs
-gives one clear error."""
+answering in terminus-2's JSON. A fix scores 1.0 (on Debian and on Ubuntu) and a non-fix 0.0;
+the answer's token ids are the model's own turn by turn, linked by prefix; an image without what
+Harbor's tmux session runs gives one clear error."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory):
-    """The examples hello-world and fix-sum-bug as no-network tasks, and one whose image lacks
-    ``timeout`` and ``base64`` (Harbor's tmux session runs them)."""
+    """The examples hello-world and fix-sum-bug as no-network tasks, hello-world on the Ubuntu
+    stand-in, and one whose image lacks ``timeout`` and ``base64`` (Harbor's tmux session runs
+    them)."""
     root = tmp_path_factory.mktemp("tasks")
     for name in ("hello-world", "fix-sum-bug"):
         shutil.copytree(EXAMPLES / name, root / name)
@@ -43,6 +44,9 @@ def tasks(tmp_path_factory):
                 "[environment]\n", '[environment]\nnetwork_mode = "no-network"\n'
             )
         )
+    ubuntu = root / "hello-world-ubuntu"
+    shutil.copytree(root / "hello-world", ubuntu)
+    (ubuntu / "environment" / "Dockerfile").write_text("FROM ubuntu:22.04\nWORKDIR /app\n")
     bare = root / "no-coreutils"
     shutil.copytree(EXAMPLES / "hello-world", bare)
     dockerfile = bare / "environment" / "Dockerfile"
@@ -79,6 +83,7 @@ def rollout(server, model, task, script, **fields):
     [
         ("hello-world", "fix-hello", 1.0),
         ("hello-world", "miss-hello", 0.0),
+        ("hello-world-ubuntu", "fix-hello", 1.0),
         ("fix-sum-bug", "fix-sum", 1.0),
         ("fix-sum-bug", "miss-sum", 0.0),
     ],

@@ -19,7 +19,7 @@ FIXTURE_TASKS = ROOT / "tests" / "fixtures" / "tasks"
 TOKEN = "test-orchestration-token"
 # The stand-in base images the fixture Dockerfiles start FROM; .ci/standin-images.sh builds them
 # from debootstrap and tags them with these names where the real images are missing.
-BASE_IMAGES = ("debian:bookworm-slim", "python:3.12-slim")
+BASE_IMAGES = ("debian:bookworm-slim", "python:3.12-slim", "ubuntu:22.04")
 
 CHANNEL_VARIABLE = "HARBOR_OPENENV_EXEC_CHANNEL"
 AGENT_ACTIONS = ("exec", "read_file", "write_file", "list_dir")
