@@ -2,9 +2,9 @@
 names one, the server runs its build from the helper's volume (the cache, put there once) in the
 task's no-network container as Harbor's agent class runs it, its model calls go through the
 relay, the keyed port and OpenEnv's capture proxy (the harness's dialect) to the scripted
-vLLM-like model, and the task's verifier grades it: the example tasks fixed give 1.0, a non-fix
-0.0, and each turn's token ids are the scripted model's, on Debian and on Ubuntu. An image that cannot run the build gives
-one clear error, before the harness starts."""
+vLLM-like model, and the task's verifier grades it: the example tasks fixed give 1.0 (on Debian
+and on Ubuntu), a non-fix 0.0, and each turn's token ids are the scripted model's. An image that
+cannot run the build gives one clear error, before the harness starts."""
 
 from __future__ import annotations
 
