@@ -106,7 +106,12 @@ class Engine:
         assert self.client is not None
         api: Any = source.api  # docker-py's request helpers, undeclared
         saved = api._get(api._url("/images/get"), params={"names": list(names)}, stream=True)
-        self.client.api.load_image(b"".join(api._stream_raw_result(saved, 1 << 20, False)))
+        archive = b"".join(api._stream_raw_result(saved, 1 << 20, False))
+        # The engine loads while its answer is read: an unread answer closes the request early,
+        # and only the first images would arrive.
+        for event in self.client.api.load_image(archive):
+            if "error" in event:
+                raise EngineError(f"engine {self.name} did not load {names}: {event['error']}")
 
     def _wait_up(self, timeout: float) -> docker.DockerClient:
         deadline = time.monotonic() + timeout
