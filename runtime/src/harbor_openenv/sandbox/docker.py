@@ -32,7 +32,7 @@ from .channel import Channel
 from .command import Command
 from .engine_files import Archive
 from .errors import SandboxError
-from .owner import LABEL, LABEL_OWNER, LABEL_TASK
+from .owner import LABEL, LABEL_OWNER, LABEL_TASK, remove_container
 from .relay import RELAY_USER, Relay
 from .result import ExecResult
 from .spec import ContainerSpec
@@ -284,12 +284,9 @@ class DockerSandbox(Sandbox):
         """Remove the container (idempotent)."""
         self.channel.close()
         try:
-            self.container.remove(force=True)
-        except docker.errors.NotFound:
-            pass
+            remove_container(self._client.api, self.container.id or self.name)
         except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # removal already in progress
-                raise SandboxError(f"removing {self.name} failed: {exc}") from None
+            raise SandboxError(f"removing {self.name} failed: {exc}") from None
 
     def disk_usage(self) -> int:
         """Bytes in the container's writable layer (apparent sizes), as the engine counts them."""

@@ -12,6 +12,7 @@ import re
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -89,6 +90,27 @@ def owner_alive(client: docker.DockerClient, owner: str) -> bool:
         return True  # cannot tell: keep its containers
 
 
+def remove_container(api: docker.APIClient, container: str, *, attempts: int = 5) -> bool:
+    """Force-remove ``container`` and its anonymous volumes; False when it was already gone or
+    its removal is in progress (409). The engine answers 500 "failed to remove root filesystem"
+    when two removals of one container race (an episode's own and a shutdown's sweep): the
+    container is left dead, and a later removal completes it, so that one is retried."""
+    for attempt in range(attempts):
+        try:
+            api.remove_container(container, force=True, v=True)
+            return True
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                return False
+            racing = exc.status_code == 500 and "failed to remove root filesystem" in str(exc)
+            if not racing or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    return False
+
+
 def remove_containers(client: docker.DockerClient, *, owner: str | None = None) -> int:
     """Remove this runtime's containers: ``owner``'s, or (None) those whose owner is dead.
 
@@ -113,14 +135,8 @@ def remove_containers(client: docker.DockerClient, *, owner: str | None = None) 
     for info in client.api.containers(all=True, filters=filters):
         if not dead(info.get("Labels") or {}):
             continue
-        try:
-            client.api.remove_container(info["Id"], force=True, v=True)
+        if remove_container(client.api, info["Id"]):
             removed += 1
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # 409: its removal is already in progress
-                raise
     for collection in (client.networks, client.volumes):
         for item in collection.list(filters=filters):
             if dead(item.attrs.get("Labels") or {}):
