@@ -100,9 +100,13 @@ def test_a_terminus_rollout_is_graded_as_evaluate_grades(server, model, task, sc
 
 def test_token_ids_are_the_models_turn_by_turn_in_a_no_network_container(server, model):
     answer = rollout(server, model, "hello-world", "fix-hello")
-    turns = answer.info["rollout"]["turns"]
+    captured = answer.info["rollout"]
+    turns = captured["turns"]
     sent = model.turns("fix-hello")[-len(turns) :]
-    assert len(turns) == len(sent) == 4
+    # once in CI (not reproduced in 8 runs under a load of 5): one turn, then the end; the
+    # status, the error and terminus-2's chat say why the next time
+    seen = {key: value for key, value in captured.items() if key != "turns"}
+    assert len(turns) == len(sent) == 4, (answer.error, seen, server.output[-2000:])
     for turn, call in zip(turns, sent, strict=True):
         assert turn["prompt_token_ids"] == call["prompt_token_ids"]
         assert turn["completion_token_ids"] == call["completion_token_ids"]
