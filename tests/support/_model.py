@@ -7,7 +7,9 @@ per model call, in two dialects:
 - ``POST /v1/chat/completions`` as vLLM answers it when the capture proxy asks for tokens
   (``return_token_ids``, ``logprobs``): ``prompt_token_ids`` at the top level, each choice's
   ``token_ids`` and ``logprobs.content`` aligned with them (``token_id:N`` tokens). The ids are
-  the bytes of a plain rendering of the messages, so a turn's prompt extends the last one's;
+  the bytes of a plain rendering of the messages, so a turn's prompt extends the last one's. A
+  request that streams (a harness calling it with no proxy between) gets the same message as
+  server-sent chunks;
 - ``POST /v1/responses``, the Responses API (Codex CLI speaks only this), as server-sent events
   when the request streams, else one JSON response.
 
@@ -275,7 +277,12 @@ class ScriptedModel:
                     self._json(500, {"error": {"message": "the scripted model crashed"}})
                     return
                 if self.path.endswith("/chat/completions"):
-                    self._json(200, model.chat(body))
+                    completion = model.chat(body)
+                    if body.get("stream"):
+                        usage = (body.get("stream_options") or {}).get("include_usage")
+                        self._chunks(completion, usage=bool(usage))
+                    else:
+                        self._json(200, completion)
                 elif self.path.endswith("/responses"):
                     response, items = model.responses(body)
                     if body.get("stream"):
@@ -292,6 +299,37 @@ class ScriptedModel:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _chunks(self, completion: dict[str, Any], *, usage: bool) -> None:
+                """A chat completion streamed as vLLM streams it: the message in one delta,
+                the finish reason in the next, the usage after (when asked), then [DONE]."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                choice = completion["choices"][0]
+                message = {k: v for k, v in choice["message"].items() if v is not None}
+                calls = [
+                    {"index": i, **call} for i, call in enumerate(message.get("tool_calls", []))
+                ]
+                if calls:
+                    message["tool_calls"] = calls
+                head = {k: completion[k] for k in ("id", "created", "model")}
+                head["object"] = "chat.completion.chunk"
+                chunks = [
+                    {**head, "choices": [{"index": 0, "delta": message, "finish_reason": None}]},
+                    {
+                        **head,
+                        "choices": [
+                            {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}
+                        ],
+                    },
+                ]
+                if usage:
+                    chunks.append({**head, "choices": [], "usage": completion["usage"]})
+                for chunk in chunks:
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
 
             def _events(self, response: dict[str, Any], items: list[dict[str, Any]]) -> None:
                 self.send_response(200)
@@ -317,13 +355,14 @@ class ScriptedModel:
 
 
 @contextlib.contextmanager
-def capture_proxy(model: ScriptedModel) -> Iterator[tuple[str, Any]]:
+def capture_proxy(model: ScriptedModel, **options: Any) -> Iterator[tuple[str, Any]]:
     """OpenEnv's capture proxy (``openenv.core.harness.capture``) on 127.0.0.1 in front of
-    ``model``: its base URL and its session registry (a session's id is its API key)."""
+    ``model``: its base URL and its session registry (a session's id is its API key);
+    ``options`` go to its ``create_app`` (``require_registered=False``: any key is served)."""
     import uvicorn
     from openenv.core.harness.capture.server import create_app
 
-    app = create_app(llm_url=f"http://127.0.0.1:{model.port}", model=model.model)
+    app = create_app(llm_url=f"http://127.0.0.1:{model.port}", model=model.model, **options)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
