@@ -336,13 +336,15 @@ def test_remote_route_with_no_socket(checkout, docker_client):
         assert built, "the task's image was not built on the remote engine"
 
 
-def rollout_snippet(readme: str, port: int, harness: str, base_url: str) -> str:
-    """The rendered README's rollout call with the user's task, harness and endpoint."""
+def rollout_snippet(readme: str, port: int, harness: str, base_url: str, picked: list[str]) -> str:
+    """The rendered README's rollout call with the user's task, harness and endpoint; its
+    comment names codex and the ``picked`` cached harnesses."""
     snippet = readme_block(readme, "rollout")
     assert f'"http://localhost:{port}"' in snippet and TASK_PLACEHOLDER in snippet
+    offered = "".join(f', "{name}"' for name in ["codex", *picked])
     for old, new in (
         (TASK_PLACEHOLDER, '"hello-world"'),
-        ('"mini-swe-agent",  # or "codex", "opencode"', f'"{harness}",'),
+        (f'"mini-swe-agent",  # or {offered[2:]}', f'"{harness}",'),
         ('"http://127.0.0.1:8001/v1"', f'"{base_url}"'),
         ('model="my-model"', 'model="scripted"'),
         ("timeout_s=900", "timeout_s=240"),
@@ -355,15 +357,20 @@ def rollout_snippet(readme: str, port: int, harness: str, base_url: str) -> str:
 def test_harness_rollouts_route(checkout, docker_client, monkeypatch):
     """The rendered README's "Harness rollouts", for a repo rendered with the answer: wheels/
     filled and the image built offline (it carries mini-swe-agent), codex fetched into codex/ and
-    mounted as its run block says, then the harness cache the answer ``cached_harnesses`` picked
-    (opencode) filled and mounted as its block says; over the server's WebSocket the README's
-    rollout call, with the scripted vLLM-like model (tests/support/_model.py), fixes hello-world
-    with each harness: reward 1.0, and the answer's token ids are the ones the model sent, turn by
-    turn."""
+    mounted as its run block says, then the harness cache of every harness the answer
+    ``cached_harnesses`` can pick filled and mounted as its block says; over the server's
+    WebSocket the README's rollout call, with the scripted vLLM-like model
+    (tests/support/_model.py), fixes hello-world with each of the seven harnesses: reward 1.0,
+    and the answer's token ids are the ones the model sent, turn by turn."""
     from _model import Call, Say
 
+    from harbor_openenv.harness.cached import KINDS
+
     port, name = free_port(), f"road-{uuid.uuid4().hex[:8]}-harness-env"
-    env = render(checkout, port, name, "harness_rollouts=true", "'cached_harnesses=[opencode]'")
+    picked = sorted(KINDS)
+    env = render(
+        checkout, port, name, "harness_rollouts=true", f"'cached_harnesses=[{','.join(picked)}]'"
+    )
     readme = (env / "README.md").read_text()
     assert '"harbor-openenv[server,harness]==' in (env / "pyproject.toml").read_text()
     started = time.monotonic()
@@ -382,26 +389,30 @@ def test_harness_rollouts_route(checkout, docker_client, monkeypatch):
     serve(env, port, name, "\n".join(run), readme, {
         "mini-swe-agent": [Call(hello), Call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")],
         "codex": [Call(hello), Say("I wrote hello.txt.")],
-    })  # fmt: skip
+    }, picked)  # fmt: skip
 
     fill, *run = readme_block(readme, "harness-cache").splitlines()
-    assert fill.startswith("uv run harbor-openenv harnesses fill harnesses opencode ")
+    assert fill.startswith(f"uv run harbor-openenv harnesses fill harnesses {' '.join(picked)} ")
     shell(fill, env)
     assert git("status", "--porcelain", cwd=env) == ""  # harnesses/ is git-ignored
     size = int(re.search(r"fill `harnesses/` once \(about (\d+) MB", readme)[1])
     filled = sum(f.stat().st_size for f in (env / "harnesses").rglob("*") if f.is_file()) / 1e6
     assert abs(filled - size) < 0.1 * size, (filled, size)  # the README's size, as filled
     try:
-        serve(env, port, name, "\n".join(run), readme, {"opencode": [Call(hello), Say("Done.")]})
+        scripts = {harness: [Call(f"cd /app && {hello}"), Say("Done.")] for harness in KINDS}
+        serve(env, port, name, "\n".join(run), readme, scripts, picked)
     finally:
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)
     total = time.monotonic() - started
     print(f"harness route: fill + offline build {built:.0f} s, all {total:.0f} s")
 
 
-def serve(env: Path, port: int, name: str, run_block: str, readme: str, scripts: dict) -> None:
+def serve(
+    env: Path, port: int, name: str, run_block: str, readme: str, scripts: dict, picked: list[str]
+) -> None:
     """The README's ``run_block`` (its token given, on the host's network as the README offers),
-    then its rollout call with each harness of ``scripts``, whose model answers that script."""
+    then its rollout call with each harness of ``scripts``, whose model answers that script
+    (``picked``: the cached harnesses the README offers)."""
     from _model import ScriptedModel
 
     run_block = run_block.replace("change-me", TOKEN)
@@ -415,7 +426,7 @@ def serve(env: Path, port: int, name: str, run_block: str, readme: str, scripts:
         for harness, script in scripts.items():
             with ScriptedModel(script) as model:
                 scope: dict = {}
-                exec(rollout_snippet(readme, port, harness, model.base_url), scope)
+                exec(rollout_snippet(readme, port, harness, model.base_url, picked), scope)
                 sent = list(model.sent)
             result = scope["result"]
             captured = result.observation.info["rollout"]
