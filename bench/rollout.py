@@ -38,7 +38,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +154,10 @@ class Plain:
     def fixed(self) -> bool:
         return self.run("cat /app/hello.txt").output == "Hello, world!\n"
 
-    def remove(self) -> None:
+    def __enter__(self) -> Plain:
+        return self
+
+    def __exit__(self, *_: object) -> None:
         self.container.remove(force=True)
 
 
@@ -162,15 +165,6 @@ def timed(call: Callable[[], Any]) -> tuple[Any, float]:
     start = time.perf_counter()
     value = call()
     return value, time.perf_counter() - start
-
-
-@contextlib.contextmanager
-def plain(client: docker.DockerClient, mounts: dict[Path, str]) -> Iterator[Plain]:
-    container = Plain(client, mounts)
-    try:
-        yield container
-    finally:
-        container.remove()
 
 
 def harness_run(container: Plain, base_url: str) -> HarnessRun:
@@ -189,7 +183,7 @@ def cached_direct(
     dialect, failure = cached.KINDS[name]
     harness = cached.CachedHarness(BUILDS[name], dialect, failure, port=urlsplit(url).port or 80)
     key = harness.placeholders["api_key"]
-    with plain(client, {cache: cached.MOUNTED}) as container:
+    with Plain(client, {cache: cached.MOUNTED}) as container:
         run = harness_run(container, url)
         folder, install = timed(lambda: harness.locate(run))
         start = time.perf_counter()
@@ -210,7 +204,7 @@ def codex_direct(
     """Codex on its own, from ``folder`` (its volume archive unpacked): its mount check's and
     ``codex exec``'s seconds."""
     harness = codex.Codex(package, port=urlsplit(url).port or 80)
-    with plain(client, {folder / "codex": codex.MOUNTED}) as container:
+    with Plain(client, {folder / "codex": codex.MOUNTED}) as container:
         where, install = timed(lambda: harness.install(container))  # type: ignore[arg-type]
         assert where == codex.MOUNTED, where
         argv = harness.argv(harness_run(container, url), where)
@@ -235,11 +229,12 @@ def inside(
     one scripted model of its own (so the server's proxy probes its endpoint once)."""
     rows: dict[str, list[float]] = {"direct": [], "rollout": [], "install": []}
     dialect = cached.KINDS[name][0] if name in cached.KINDS else cached.OPENAI
-    with (
-        DialectModel(FIX * (2 * args.reps + 2)) as model,
-        capture_proxy(model, require_registered=False) as (proxy, _),
-    ):
-        url = model.base_url if dialect is cached.OPENAI else proxy
+    with contextlib.ExitStack() as stack:
+        model = stack.enter_context(DialectModel(FIX * (2 * args.reps + 2)))
+        if dialect is cached.OPENAI:
+            url = model.base_url
+        else:  # the proxy speaks the harness's dialect to it
+            url, _ = stack.enter_context(capture_proxy(model, require_registered=False))
 
         def direct_run() -> tuple[float, float]:
             if name == "codex":

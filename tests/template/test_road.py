@@ -341,10 +341,10 @@ def rollout_snippet(readme: str, port: int, harness: str, base_url: str, picked:
     comment names codex and the ``picked`` cached harnesses."""
     snippet = readme_block(readme, "rollout")
     assert f'"http://localhost:{port}"' in snippet and TASK_PLACEHOLDER in snippet
-    offered = "".join(f', "{name}"' for name in ["codex", *picked])
+    offered = ", ".join(f'"{name}"' for name in ["codex", *picked])
     for old, new in (
         (TASK_PLACEHOLDER, '"hello-world"'),
-        (f'"mini-swe-agent",  # or {offered[2:]}', f'"{harness}",'),
+        (f'"mini-swe-agent",  # or {offered}', f'"{harness}",'),
         ('"http://127.0.0.1:8001/v1"', f'"{base_url}"'),
         ('model="my-model"', 'model="scripted"'),
         ("timeout_s=900", "timeout_s=240"),
@@ -399,7 +399,7 @@ def test_harness_rollouts_route(checkout, docker_client, monkeypatch):
     filled = sum(f.stat().st_size for f in (env / "harnesses").rglob("*") if f.is_file()) / 1e6
     assert abs(filled - size) < 0.1 * size, (filled, size)  # the README's size, as filled
     try:
-        scripts = {harness: [Call(f"cd /app && {hello}"), Say("Done.")] for harness in KINDS}
+        scripts = {harness: [Call(f"cd /app && {hello}"), Say("Done.")] for harness in picked}
         serve(env, port, name, "\n".join(run), readme, scripts, picked)
     finally:
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)
