@@ -221,8 +221,9 @@ def test_a_session_reaped_during_a_long_action_refuses_everything_after(docker_c
     try:
         with _ws(srv) as ws:
             assert _send(ws, "reset", {"task_id": TASK})["data"]["observation"]["error"] is None
-            # OpenEnv's reaper looks every 5 s: one look falls inside this exec's last 6 s.
-            long = _send(ws, "step", {"action_type": "exec", "command": f"sleep {IDLE_S + 6}"})
+            # OpenEnv's reaper looks every 5 s: two looks fall inside this exec's last 11 s, so
+            # one late look under load still reaps it.
+            long = _send(ws, "step", {"action_type": "exec", "command": f"sleep {IDLE_S + 11}"})
             assert long["data"]["observation"]["exit_code"] == 0, long
             replies = [
                 _send(ws, "reset", {"task_id": TASK}),

@@ -5,6 +5,7 @@ tests/hostile) stay the proof of what a container does."""
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -137,6 +138,21 @@ def test_a_closed_session_never_acts_again(env, runtime):
     assert runtime.sandboxes[-1].removed == 1
     assert "has been closed" in act(env, "exec", command="true").error
     assert env.reset(task_id="edit-file").done
+
+
+def test_an_action_off_the_sessions_thread_is_refused_before_close_runs(env, runtime):
+    """OpenEnv's reaper destroyed the session during a long action: its close is queued on the
+    session's thread, and the socket's next reset arrives on OpenEnv's shared pool first. That
+    reset must start nothing (before, it started a container after close had run)."""
+    env.reset(task_id="edit-file")
+    with ThreadPoolExecutor(max_workers=1) as shared:
+        late = [shared.submit(env.reset, task_id="edit-file").result()]
+        late.append(shared.submit(act, env, "exec", command="true").result())
+    for obs in late:
+        assert obs.done and "has been closed" in obs.error, obs
+    assert len(runtime.sandboxes) == 1 and runtime.sandboxes[0].removed == 0  # close's to do
+    env.close()
+    assert runtime.sandboxes[0].removed == 1
 
 
 def test_a_disk_overrun_ends_the_episode_on_the_next_step(env, runtime):

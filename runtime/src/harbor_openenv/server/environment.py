@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -86,6 +87,7 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         self._episode: Episode | None = None
         self._state = HarborState(task_count=0)
         self._closed = False  # close() is final: a closed (e.g. reaped) session never acts again
+        self._thread: int | None = None  # the thread of its first action (see _destroyed)
         self._timer = Timer()  # since the current action began
 
     def get_metadata(self) -> EnvironmentMetadata:
@@ -126,7 +128,7 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         split: str | None,
         fork: str | None = None,
     ) -> HarborObservation:
-        if self._closed:
+        if self._destroyed():
             return self._fail("reset", _CLOSED, done=True)
         self._end_episode()
         if self._runtime.draining.is_set():
@@ -197,7 +199,7 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
                 f"{kind} is an orchestration action: this server refuses it without the"
                 " orchestration token (HARBOR_OPENENV_ORCHESTRATION_TOKEN on the server)",
             )
-        if self._closed:
+        if self._destroyed():
             return self._fail(kind, _CLOSED, done=True)
         episode = self._episode
         if episode is None:
@@ -255,6 +257,20 @@ class HarborEnvironment(TaskApi, Environment[HarborAction, HarborObservation, Ha
         self._end_episode()
 
     # -- plumbing ------------------------------------------------------------------------------
+
+    def _destroyed(self) -> bool:
+        """Whether this session is over: closed, or destroyed with its close still queued.
+
+        OpenEnv runs every action of a session on that session's one worker thread, and queues
+        ``close`` there too; once its reaper has destroyed the session (it may, during a long
+        action), the socket's next action runs on OpenEnv's shared pool instead, beside that
+        close. An action on any thread but the first action's is therefore refused: it never
+        races the close (before, such a reset could start a container after close had ended
+        the episode, and nothing removed it)."""
+        here = threading.get_ident()
+        if self._thread is None:
+            self._thread = here
+        return self._closed or here != self._thread
 
     def _authorised(self, action: HarborAction) -> bool:
         expected, token = self._runtime.settings.orchestration_token, action.token
