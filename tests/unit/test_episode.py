@@ -5,8 +5,8 @@ tests/hostile) stay the proof of what a container does."""
 from __future__ import annotations
 
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
