@@ -7,7 +7,9 @@ proxy, the harness through the sandbox (inside ones: the relay and the keyed por
 grading, which no baseline does; a step-level evaluate of the same task is timed too, so the
 rollout's time without grading is printed beside (the goal, <= 1.1x, is for that one).
 
-The baselines run each harness on its own in a container of the same Dockerfile, no server:
+The baselines run each harness on its own in a container of the same Dockerfile with the task's
+limits (its task.toml's cpus and memory_mb, which Harbor's docker environment applies too), no
+server:
 
 - mini-swe-agent: its ``DefaultAgent`` and ``LitellmModel`` (the same ``mini.yaml`` config)
   calling the scripted model (tests/support/_scripted_model.py) with no proxy, its own
@@ -59,6 +61,7 @@ from harbor_openenv.client.launch import Server  # noqa: E402
 from harbor_openenv.harness import cached, codex  # noqa: E402
 from harbor_openenv.harness.base import Budget, HarnessRun, ModelEndpoint  # noqa: E402
 from harbor_openenv.harness.cache import BUILDS, MANIFEST  # noqa: E402
+from harbor_openenv.tasks.config import parse_task_config  # noqa: E402
 
 TASKS = ROOT / "examples" / "dataset" / "tasks"
 TASK = "hello-world"
@@ -66,6 +69,9 @@ SCRIPT = ["ls -la", "printf 'Hello, world!\\n' > hello.txt", "cat hello.txt", SU
 IMAGE = "harbor-openenv-bench-rollout:hello-world"
 LABEL = {"harbor-openenv-bench": "rollout"}
 INSIDE = ["codex", *cached.KINDS]  # the inside harnesses this bench runs
+# The task's limits (task.toml's cpus and memory_mb), which Harbor's docker environment gives a
+# harness run on its own as the server gives a rollout's container
+LIMITS = parse_task_config((TASKS / TASK / "task.toml").read_text()).environment
 FIX = [Call("printf 'Hello, world!\\n' > /app/hello.txt"), Say("Fixed.")]
 TIMEOUT_S = 240.0
 
@@ -85,7 +91,7 @@ def direct(model: ScriptedModel, name: str) -> float:
         image=IMAGE,
         cwd="/app",
         env=config["environment"]["env"],
-        run_args=["--rm", "--network", "none", *labels],
+        run_args=["--rm", "--network", "none", *labels, *limit_args()],
     )
     try:
         model_ = LitellmModel(
@@ -104,6 +110,12 @@ def direct(model: ScriptedModel, name: str) -> float:
         return seconds
     finally:
         environment.cleanup()
+
+
+def limit_args() -> list[str]:
+    """``docker run``'s flags for the task's limits."""
+    cpus = ["--cpus", f"{LIMITS.cpus:g}"] if LIMITS.cpus else []
+    return cpus + (["--memory", f"{LIMITS.memory_mb}m"] if LIMITS.memory_mb else [])
 
 
 def rollout(server: Server, base_url: str, name: str, harness: str = "mini-swe-agent") -> float:
@@ -126,7 +138,8 @@ class Exec:
 
 class Plain:
     """A container of the task's image as a harness run on its own has it: ``docker run``,
-    network host (the model on 127.0.0.1), ``mounts`` read-only, Harbor's /logs/agent."""
+    network host (the model on 127.0.0.1), the task's limits, ``mounts`` read-only, Harbor's
+    /logs/agent."""
 
     def __init__(self, client: docker.DockerClient, mounts: dict[Path, str]) -> None:
         volumes = {str(source): {"bind": target, "mode": "ro"} for source, target in mounts.items()}
@@ -137,6 +150,8 @@ class Plain:
             network_mode="host",
             volumes=volumes,
             labels=LABEL,
+            nano_cpus=int(LIMITS.cpus * 1e9) if LIMITS.cpus else None,
+            mem_limit=f"{LIMITS.memory_mb}m" if LIMITS.memory_mb else None,
         )
 
     def exec_root(self, script: str, *args: str) -> Exec:
@@ -368,17 +383,24 @@ def report(
     print(f"evaluate alone (the grading a rollout does): {grading:.2f} s")
     print(
         f"{'harness':<16}{'direct':>7}{'rollout':>9}{'ratio':>7}"
-        f"{'w/o grading':>13}{'ratio':>7}{'install':>9}"
+        f"{'w/o grading':>13}{'ratio':>7}{'install':>9}{'w/o both':>10}"
     )
     for name, rows in table.items():
         run, alone = statistics.median(rows["rollout"]), statistics.median(rows["direct"])
         bare = run - grading
-        install = f"{statistics.median(rows['install']):.3f}" if "install" in rows else "-"
+        install = statistics.median(rows["install"]) if rows.get("install") else None
+        # the install is timed on its own (the direct run has none): the rest is the relay's,
+        # the capture's and the server's
+        rest = f"{(bare - install) / alone:>9.2f}x" if install is not None else f"{'-':>10}"
         print(
             f"{name:<16}{alone:>7.2f}{run:>9.2f}{run / alone:>6.2f}x"
-            f"{bare:>13.2f}{bare / alone:>6.2f}x{install:>9}"
+            f"{bare:>13.2f}{bare / alone:>6.2f}x"
+            f"{'-' if install is None else f'{install:.3f}':>9}{rest}"
         )
-    print("goals: a rollout without its grading <= 1.1x direct; a per-episode install <= 0.3 s")
+    print(
+        "goals: a rollout without its grading <= 1.1x direct; a per-episode install <= 0.3 s"
+        " (w/o both: the rollout less its grading and its install, which the direct run has not)"
+    )
     if throughput:
         print(
             f"mini-swe-agent, {args.concurrent} concurrent: {throughput['rollout']:.1f}"
