@@ -94,8 +94,9 @@ def test_an_unset_package_is_named():
 
 
 def test_codex_in_the_helpers_volume_is_used_as_it_is(tmp_path):
-    """A container whose helper volume holds codex gets no upload, only codex's sticky home;
-    one without gets the upload into HOME. The volume's archive names codex/ and no home."""
+    """A container whose helper volume holds codex gets no upload, only codex's sticky home (made
+    by the probe); one without gets the upload into HOME. The volume's archive names codex/ and
+    no home."""
     (tmp_path / TRIPLE / "bin").mkdir(parents=True)
     (tmp_path / TRIPLE / "bin" / "codex").write_bytes(b"codex")
     commands = []
@@ -107,6 +108,7 @@ def test_codex_in_the_helpers_volume_is_used_as_it_is(tmp_path):
     sandbox = MemorySandbox(handler)
     assert Codex(tmp_path).install(sandbox) == MOUNTED == "/.harbor-openenv/codex"
     assert sandbox.files == {} and "chmod 1777 /opt/harbor-openenv/codex/home" in commands[-1]
+    assert len(commands) == 1  # the probe makes the home: one root exec per episode
     argv = Codex(tmp_path).argv(run_of(sandbox), MOUNTED)
     assert argv[0] == f"{MOUNTED}/bin/codex"
 
@@ -116,3 +118,10 @@ def test_codex_in_the_helpers_volume_is_used_as_it_is(tmp_path):
     codex = Codex(tmp_path)  # its archives live as long as it does
     with tarfile.open(codex.volume_archive("x86_64")) as tar:
         assert tar.getnames() == ["codex/bin/codex"]
+
+
+def test_a_home_that_cannot_be_made_is_named(tmp_path):
+    failing = ExecResult(3, "x86_64\nmkdir: cannot create directory '/opt': Read-only\n")
+    sandbox = MemorySandbox(lambda command, user, env, workdir: failing)
+    with pytest.raises(HarnessError, match="cannot make codex's home: mkdir: cannot create"):
+        Codex(tmp_path).install(sandbox)

@@ -43,6 +43,15 @@ _TRIPLES = {"x86_64": "x86_64-unknown-linux-musl", "aarch64": "aarch64-unknown-l
 MOUNTED = f"{MOUNT_DIR}/codex"
 
 
+# One root exec: the container's architecture, then, when the helper's volume holds codex, its
+# sticky home made and "mounted" (exit 3 when it cannot be made).
+_PROBE = f"""uname -m
+if [ -x {MOUNTED}/bin/codex ]; then
+  mkdir -p {HOME}/home && chmod 1777 {HOME}/home && echo mounted || exit 3
+fi
+"""
+
+
 def _launch(codex: str) -> str:
     """The shell line before ``codex exec``: its CODEX_HOME one per uid, in a sticky folder off
     /tmp (Codex refuses to make its helper links under a temporary folder); its PATH gets the
@@ -142,14 +151,13 @@ class Codex:
 
     def install(self, sandbox: Sandbox) -> str:
         """Codex's folder in the container: :data:`MOUNTED`, when the helper's volume holds it
-        (then only its sticky home is made), else :data:`HOME`, where the binary for the
-        container's architecture is uploaded (root's, 0755)."""
-        probe = f"uname -m; test -x {MOUNTED}/bin/codex && echo mounted"
-        machine, *mounted = sandbox.exec_root(probe).output.split()
-        if mounted == ["mounted"]:
-            made = sandbox.exec_root(f"mkdir -p {HOME}/home && chmod 1777 {HOME}/home")
-            if made.exit_code != 0:
-                raise HarnessError(f"cannot make codex's home: {made.output.strip()}")
+        (then only its sticky home is made, by the probe's one root exec), else :data:`HOME`,
+        where the binary for the container's architecture is uploaded (root's, 0755)."""
+        found = sandbox.exec_root(_PROBE)
+        machine, _, rest = found.output.strip().partition("\n")
+        if found.exit_code != 0:
+            raise HarnessError(f"cannot make codex's home: {rest.strip() or found.exit_code}")
+        if rest == "mounted":
             return MOUNTED
         with open(self._archive(machine), "rb") as archive:
             sandbox.import_archive(HOME, archive)
