@@ -21,7 +21,8 @@ server:
   model does not speak (claude-code: Anthropic's, gemini-cli: Google's) reaches it through
   OpenEnv's capture proxy with no sessions, as a user of a vLLM endpoint would; the others reach
   the model itself. The install column is the mounted install's probe in that container (the
-  build found and its libraries loading; codex's mount check), timed alone.
+  build found and its libraries loading), its exec less an empty one, as a rollout runs it in its
+  first command's shell; codex's is none (its launch line's check of the binary).
 
 terminus-2 is not here: run on its own, Harbor's Terminus2 installs tmux with the image's package
 manager, which these images cannot reach.
@@ -134,6 +135,8 @@ def rollout(server: Server, base_url: str, name: str, harness: str = "mini-swe-a
 class Exec:
     exit_code: int
     output: str
+    raw: bytes | None = None
+    timed_out: bool = False
 
 
 class Plain:
@@ -166,6 +169,11 @@ class Plain:
         found = self.container.exec_run(argv, environment=env, workdir="/app", user="root")
         return Exec(found.exit_code, found.output.decode(errors="replace"))
 
+    def exec(self, command: str, *, user: str, **_: object) -> Exec:
+        """What ``CachedHarness.locate`` calls (``Sandbox.exec``): ``bash -c`` as ``user``."""
+        found = self.container.exec_run(["bash", "-c", command], workdir="/app", user=user)
+        return Exec(found.exit_code, found.output.decode(errors="replace"))
+
     def fixed(self) -> bool:
         return self.run("cat /app/hello.txt").output == "Hello, world!\n"
 
@@ -194,13 +202,16 @@ def harness_run(container: Plain, base_url: str) -> HarnessRun:
 def cached_direct(
     client: docker.DockerClient, name: str, cache: Path, url: str
 ) -> tuple[float, float]:
-    """A harness of the cache on its own: its install probe's and Harbor's commands' seconds."""
+    """A harness of the cache on its own: its install probe's seconds (the probe's exec less an
+    empty one: a rollout runs it in its first command's shell) and Harbor's commands'."""
     dialect, failure = cached.KINDS[name]
     harness = cached.CachedHarness(BUILDS[name], dialect, failure, port=urlsplit(url).port or 80)
     key = harness.placeholders["api_key"]
     with Plain(client, {cache: cached.MOUNTED}) as container:
         run = harness_run(container, url)
-        folder, install = timed(lambda: harness.locate(run))
+        folder, probe = timed(lambda: harness.locate(run))
+        _, empty = timed(lambda: container.exec("true", user="root"))
+        install = max(probe - empty, 0.0)
         start = time.perf_counter()
         for step in harness.steps:
             command, env = harness.shell(step, run)
@@ -216,16 +227,14 @@ def cached_direct(
 def codex_direct(
     client: docker.DockerClient, package: Path, folder: Path, url: str
 ) -> tuple[float, float]:
-    """Codex on its own, from ``folder`` (its volume archive unpacked): its mount check's and
-    ``codex exec``'s seconds."""
+    """Codex on its own, from ``folder`` (its volume archive unpacked): its install's seconds
+    (none: the launch line finds it mounted) and ``codex exec``'s."""
     harness = codex.Codex(package, port=urlsplit(url).port or 80)
     with Plain(client, {folder / "codex": codex.MOUNTED}) as container:
-        where, install = timed(lambda: harness.install(container))  # type: ignore[arg-type]
-        assert where == codex.MOUNTED, where
-        argv = harness.argv(harness_run(container, url), where)
-        done, seconds = timed(lambda: container.run(codex._launch(where), *argv))
+        argv = harness.argv(harness_run(container, url), codex.MOUNTED)
+        done, seconds = timed(lambda: container.run(codex.LAUNCH, *argv))
         assert done.exit_code == 0 and container.fixed(), done.output[-2000:]
-    return install, seconds
+    return 0.0, seconds
 
 
 def evaluate(server: Server) -> float:

@@ -5,14 +5,28 @@ relay gives a crashed result, not an exception (the real run: tests/engine/test_
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import io
+import os
+import shlex
+import subprocess
 import tarfile
 
 import pytest
 
 from harbor_openenv.config import Settings
 from harbor_openenv.harness.base import Budget, HarnessError, HarnessRun, ModelEndpoint
-from harbor_openenv.harness.codex import HOME, MOUNTED, Codex, _failure, _sources
+from harbor_openenv.harness.codex import (
+    ABSENT,
+    ABSENT_CODE,
+    HOME,
+    LAUNCH,
+    MOUNTED,
+    Codex,
+    _failure,
+    _sources,
+)
 from harbor_openenv.sandbox.memory import MemorySandbox
 from harbor_openenv.sandbox.result import ExecResult
 
@@ -43,6 +57,19 @@ def test_a_package_without_the_build_is_a_harness_error(tmp_path, where):
     package = tmp_path / "nothing" if where == "missing" else tmp_path
     with pytest.raises(HarnessError):
         list(_sources(package, "aarch64-unknown-linux-musl"))
+
+
+class RelayingSandbox(MemorySandbox):
+    """A memory sandbox whose relay does nothing, and whose handler sees the command the launch
+    line runs (its arguments) in place of the line."""
+
+    def relay(self, port, target):
+        return contextlib.nullcontext()
+
+    def run(self, command):
+        if len(command.argv) > 3 and command.argv[2] == LAUNCH:
+            command = dataclasses.replace(command, argv=["sh", "-c", shlex.join(command.argv[4:])])
+        return super().run(command)
 
 
 def run_of(sandbox, base_url="http://127.0.0.1:8100/v1") -> HarnessRun:
@@ -93,35 +120,60 @@ def test_an_unset_package_is_named():
         Codex.from_settings(Settings())
 
 
-def test_codex_in_the_helpers_volume_is_used_as_it_is(tmp_path):
-    """A container whose helper volume holds codex gets no upload, only codex's sticky home (made
-    by the probe); one without gets the upload into HOME. The volume's archive names codex/ and
-    no home."""
+def test_codex_in_the_helpers_volume_runs_with_no_exec_before_it(tmp_path):
+    """A container whose helper volume holds codex runs it at once: the launch line is the
+    rollout's only exec, as the agent, with CODEX_HOME in /var/tmp. One without gets the
+    architecture asked (one root exec), the upload into HOME and the line again. The volume's
+    archive names codex/ alone."""
     (tmp_path / TRIPLE / "bin").mkdir(parents=True)
     (tmp_path / TRIPLE / "bin" / "codex").write_bytes(b"codex")
-    commands = []
+    calls = []
 
-    def handler(command, user, env, workdir):
-        commands.append(command)
-        return ExecResult(0, "x86_64\nmounted\n" if command.startswith("uname -m") else "")
+    def mounted(command, user, env, workdir):
+        calls.append((command, user))
+        return ExecResult(0, '{"type":"turn.completed"}\n')
 
-    sandbox = MemorySandbox(handler)
-    assert Codex(tmp_path).install(sandbox) == MOUNTED == "/.harbor-openenv/codex"
-    assert sandbox.files == {} and "chmod 1777 /opt/harbor-openenv/codex/home" in commands[-1]
-    assert len(commands) == 1  # the probe makes the home: one root exec per episode
-    argv = Codex(tmp_path).argv(run_of(sandbox), MOUNTED)
-    assert argv[0] == f"{MOUNTED}/bin/codex"
+    codex = Codex(tmp_path)
+    sandbox = RelayingSandbox(mounted)
+    assert codex.run(run_of(sandbox)).status == "completed"
+    ((command, user),) = calls
+    assert user == "agent" and command.startswith(f"{MOUNTED}/bin/codex exec")
+    assert sandbox.files == {}
 
-    bare = MemorySandbox(lambda command, user, env, workdir: ExecResult(0, "x86_64\n"))
-    assert Codex(tmp_path).install(bare) == HOME
-    assert bare.files[f"{HOME}/bin/codex"] == b"codex"
-    codex = Codex(tmp_path)  # its archives live as long as it does
+    calls.clear()
+
+    def bare(command, user, env, workdir):
+        calls.append((command, user))
+        if command == "uname -m":
+            return ExecResult(0, "x86_64\n")
+        if command.startswith(f"{MOUNTED}/bin/codex exec"):
+            return ExecResult(ABSENT_CODE, ABSENT + "\n")
+        return ExecResult(0, '{"type":"turn.completed"}\n')
+
+    sandbox = RelayingSandbox(bare)
+    assert codex.run(run_of(sandbox)).status == "completed"
+    assert [user for _, user in calls if user == "agent"] == ["agent", "agent"]
+    assert calls[1] == ("uname -m", "root") and calls[-1][0].startswith(f"{HOME}/bin/codex exec")
+    assert sandbox.files[f"{HOME}/bin/codex"] == b"codex"
     with tarfile.open(codex.volume_archive("x86_64")) as tar:
         assert tar.getnames() == ["codex/bin/codex"]
 
 
-def test_a_home_that_cannot_be_made_is_named(tmp_path):
-    failing = ExecResult(3, "x86_64\nmkdir: cannot create directory '/opt': Read-only\n")
-    sandbox = MemorySandbox(lambda command, user, env, workdir: failing)
-    with pytest.raises(HarnessError, match="cannot make codex's home: mkdir: cannot create"):
-        Codex(tmp_path).install(sandbox)
+def test_the_launch_line_finds_codex_or_says_it_is_absent(tmp_path):
+    """LAUNCH itself, in a shell: an absent binary is ABSENT and ABSENT_CODE; a present one
+    runs with CODEX_HOME made, one per uid."""
+    absent = subprocess.run(
+        ["bash", "-c", LAUNCH, "bash", str(tmp_path / "bin" / "codex"), "exec"],
+        capture_output=True,
+        text=True,
+    )
+    assert (absent.returncode, absent.stdout.strip()) == (ABSENT_CODE, ABSENT)
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "codex"
+    fake.write_text('#!/bin/sh\necho "$CODEX_HOME $1"; test -d "$CODEX_HOME"\n')
+    fake.chmod(0o755)
+    ran = subprocess.run(
+        ["bash", "-c", LAUNCH, "bash", str(fake), "exec"], capture_output=True, text=True
+    )
+    home = f"/var/tmp/harbor-openenv-codex-{os.getuid()}"
+    assert (ran.returncode, ran.stdout.split()) == (0, [home, "exec"])

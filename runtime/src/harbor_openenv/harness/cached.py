@@ -7,20 +7,23 @@ never imports Harbor, which needs Python 3.12; tests/deploy/test_harbor_agents.p
 table against the installed Harbor). Only its install step is replaced: the harness's build is
 already in the container, read-only, from the cache (:mod:`.cache`).
 
-Each run first probes the container as root (one exec): its architecture and C library (musl's
-loader, else glibc's) pick the build, whose shared libraries the image's own loader must resolve
-(``ld.so --list``); an image that cannot run it fails here with one line saying why, before
-anything starts. Then the model's port is relayed to a :class:`.keyed_port.KeyedPort`: the
-harness is given the relayed URL in its dialect's form and a placeholder key, which the keyed
-port replaces with the session's on the server's side.
+The model's port is relayed to a :class:`.keyed_port.KeyedPort`: the harness is given the
+relayed URL in its dialect's form and a placeholder key, which the keyed port replaces with the
+session's on the server's side. Then Harbor's commands run, as the agent, through the exec channel
+where the server has it on. The first one's shell first probes the container, in the same exec:
+its architecture and C library (musl's loader, else glibc's) pick the build, whose shared
+libraries the image's own loader must resolve (``ld.so --list``); an image that cannot run it
+fails there with one line saying why, before Harbor's command starts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
 import textwrap
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -29,6 +32,7 @@ from urllib.parse import urlsplit
 
 from harbor_openenv.config import Settings
 from harbor_openenv.sandbox.errors import SandboxError
+from harbor_openenv.sandbox.result import ExecResult
 
 from .base import HarnessError, HarnessResult, HarnessRun
 from .cache import BUILDS, MANIFEST, MOUNTED, Build
@@ -44,10 +48,13 @@ HOME = '[ -w "$HOME" ] || { export HOME=/logs/agent/home; mkdir -p "$HOME"; }'
 # A model name a recorded command line may hold as it is (in a quoted config, a --model flag).
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
 _TABLE = "harbor_agents.json"
+UNFIT = "harbor-openenv: unfit: "
 
-# Finds the build for the container (as root): $1 the harness's folder, $2 its entry, and what
+# Finds the build for the container (as the agent): $1 the harness's folder, $2 its entry, and what
 # must load in the image: $3 the folder of its runtime (node; else $1) and $4 that one's entry
 # (else $2). Prints the platform folder, or one line saying why the image cannot run it (exit 3).
+# Run by the first command's shell, so it costs no exec of its own (probe_line); UNFIT starts
+# the line of an image that cannot run the build.
 PROBE = r"""
 m=$(uname -m)
 case $m in
@@ -118,26 +125,30 @@ class CachedHarness:
         self.steps: list[dict[str, Any]] = table["agents"][build.name]
 
     def run(self, run: HarnessRun) -> HarnessResult:
-        """Find its build, relay the model's port and run Harbor's commands in order, until one
-        fails or the budget's time is up."""
+        """Relay the model's port and run Harbor's commands in order, the first after the probe
+        that finds the build, until one fails or the budget's time is up."""
         sandbox = run.sandbox
+        deadline = time.monotonic() + run.budget.timeout_s
         try:
-            folder = self.locate(run)
             with (
                 KeyedPort(target_of(run.model.base_url), run.model.api_key) as target,
                 sandbox.relay(self.port, target),
             ):
-                output = ""
+                output, folder = "", None
                 for step in self.steps:
                     command, env = self.shell(step, run)
+                    path = f'export PATH="{folder}/bin:$PATH"' if folder else self.probe_line()
                     result = sandbox.exec(
-                        f'export PATH="{folder}/bin:$PATH"; {HOME}; {command}',
+                        f"{path}; {HOME}; {command}",
                         env=env,
                         user=run.user,
                         workdir=run.workdir,
-                        timeout_s=run.budget.timeout_s,
+                        timeout_s=max(deadline - time.monotonic(), 0.0),
                         max_output=16 << 20,
+                        channel=run.channel,
                     )
+                    if folder is None and not result.timed_out:
+                        folder, result = self.found(result)
                     output += result.output
                     if result.timed_out or result.exit_code != 0:
                         break
@@ -156,20 +167,44 @@ class CachedHarness:
             error += f" (its output ends: {textwrap.shorten(last, 300)})"
         return HarnessResult("crashed", error=error, log=log)
 
-    def locate(self, run: HarnessRun) -> str:
-        """The folder of the build the container runs (one root exec, :data:`PROBE`); raises
-        :class:`HarnessError` with the probe's reason when the image cannot run it."""
-        runtime = BUILDS[self.build.runtime] if self.build.runtime else None
-        found = run.sandbox.exec_root(
-            PROBE,
-            f"{MOUNTED}/{self.name}",
-            self.build.entry,
-            *((f"{MOUNTED}/{runtime.name}", runtime.entry) if runtime else ()),
+    def probe_line(self) -> str:
+        """The shell line before the first command, as the agent: :data:`PROBE` finds the build
+        the container runs, prints its folder as the output's first line and puts its ``bin``
+        on PATH; one the image cannot run prints :data:`UNFIT` and why, and exits 3."""
+        return (
+            f"_probe() {{ {PROBE}\n}}; f=$(_probe {shlex.join(self.probe_args())})"
+            f' || {{ echo "{UNFIT}$f"; exit 3; }}; echo "$f"; export PATH="$f/bin:$PATH"'
         )
-        if found.exit_code != 0:
-            reason = found.output.strip() or f"the probe exited with code {found.exit_code}"
+
+    def probe_args(self, root: str = MOUNTED) -> list[str]:
+        """:data:`PROBE`'s arguments for the cache at ``root`` in the container."""
+        runtime = BUILDS[self.build.runtime] if self.build.runtime else None
+        args = [f"{root}/{self.name}", self.build.entry]
+        return args + ([f"{root}/{runtime.name}", runtime.entry] if runtime else [])
+
+    def found(self, result: ExecResult) -> tuple[str, ExecResult]:
+        """The build's folder the first command's probe printed, and that command's result
+        without it; raises :class:`HarnessError` with the probe's reason when the image cannot
+        run the build."""
+        first, _, rest = result.output.partition("\n")
+        if first.startswith(UNFIT):
+            reason = first.removeprefix(UNFIT).strip() or f"the probe ended {result.exit_code}"
             raise HarnessError(f"{self.name} cannot run in this container: {reason}")
-        return found.output.strip()
+        if not first.startswith(f"{MOUNTED}/"):
+            raise HarnessError(f"{self.name}'s probe printed no folder: {first[:200]!r}")
+        return first, dataclasses.replace(result, output=rest, raw=None)
+
+    def locate(self, run: HarnessRun) -> str:
+        """The probe on its own, one exec as the agent (what the first command runs first): the
+        build's folder, or :class:`HarnessError` with why the image cannot run it."""
+        found = run.sandbox.exec(
+            f'{self.probe_line()} >/dev/null; echo "$f"',
+            user=run.user,
+            workdir=run.workdir,
+            timeout_s=60,
+            max_output=1 << 16,
+        )
+        return self.found(found)[0]
 
     def relayed_url(self, run: HarnessRun) -> str:
         """The model's base URL inside the container, in the dialect's form."""

@@ -4,7 +4,9 @@ agent, its model reached through the relay.
 Codex ships one self-contained binary per platform (static-pie, musl) in the npm package
 ``@openai/codex``'s per-platform builds, so it installs offline into any Linux image: the runtime
 reads it from a cache on the server's side (``HARBOR_OPENENV_CODEX_PACKAGE``, which
-``scripts/fetch-codex`` fills with ``npm pack``) and uploads it through the engine. It runs
+``scripts/fetch-codex`` fills with ``npm pack``), puts it into the helper's volume once, mounted
+read-only in every container, and uploads it through the engine only where a container has no
+such volume. It runs
 ``codex exec`` (non-interactive, ``--json`` events) with a model provider of its own whose base
 URL is the relayed port, ``http://127.0.0.1:PORT/v1`` inside, and whose wire API is the
 Responses API (the only one Codex speaks; the capture proxy turns it into chat completions
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal
@@ -29,12 +32,13 @@ from harbor_openenv.config import Settings
 from harbor_openenv.helper import MOUNT_DIR
 from harbor_openenv.sandbox.base import Sandbox
 from harbor_openenv.sandbox.errors import SandboxError
+from harbor_openenv.sandbox.result import ExecResult
 
 from . import archives
 from .base import HarnessError, HarnessResult, HarnessRun
 from .keyed_port import KeyedPort, target_of
 
-HOME = "/opt/harbor-openenv/codex"  # in the container: bin/codex, path/ (rg), home/ (1777)
+HOME = "/opt/harbor-openenv/codex"  # where codex is uploaded: bin/codex, path/ (rg)
 PORT = 4180  # the relayed port inside the container
 LOG_BYTES = 64 << 10  # the tail of codex's output a result keeps
 _TRIPLES = {"x86_64": "x86_64-unknown-linux-musl", "aarch64": "aarch64-unknown-linux-musl"}
@@ -43,23 +47,19 @@ _TRIPLES = {"x86_64": "x86_64-unknown-linux-musl", "aarch64": "aarch64-unknown-l
 MOUNTED = f"{MOUNT_DIR}/codex"
 
 
-# One root exec: the container's architecture, then, when the helper's volume holds codex, its
-# sticky home made and "mounted" (exit 3 when it cannot be made).
-_PROBE = f"""uname -m
-if [ -x {MOUNTED}/bin/codex ]; then
-  mkdir -p {HOME}/home && chmod 1777 {HOME}/home && echo mounted || exit 3
-fi
-"""
-
-
-def _launch(codex: str) -> str:
-    """The shell line before ``codex exec``: its CODEX_HOME one per uid, in a sticky folder off
-    /tmp (Codex refuses to make its helper links under a temporary folder); its PATH gets the
-    package's own ripgrep."""
-    return (
-        f'export CODEX_HOME="{HOME}/home/$(id -u)" PATH="{codex}/path:$PATH"'
-        ' && mkdir -p "$CODEX_HOME" && exec "$@" </dev/null'
-    )
+# The line ``codex exec`` runs under, as the agent: $1 is codex's binary. One that is not there
+# (no helper volume holds codex) prints ABSENT and exits with ABSENT_CODE, so the binary is
+# uploaded and the line run again. CODEX_HOME is one per uid in /var/tmp (the image's sticky
+# folder; /tmp where there is none: Codex then makes no helper links, as it refuses to under a
+# temporary folder); PATH gets the package's own ripgrep.
+ABSENT = "harbor-openenv: codex is not in this container"
+ABSENT_CODE = 97
+LAUNCH = (
+    f'[ -x "$1" ] || {{ echo "{ABSENT}"; exit {ABSENT_CODE}; }}; '
+    "t=/var/tmp; [ -d $t ] && [ -w $t ] || t=/tmp; "
+    'export CODEX_HOME="$t/harbor-openenv-codex-$(id -u)" PATH="${1%/bin/codex}/path:$PATH"'
+    ' && mkdir -p "$CODEX_HOME" && exec "$@" </dev/null'
+)
 
 
 class Codex:
@@ -84,23 +84,19 @@ class Codex:
         return cls(settings.codex_package)
 
     def run(self, run: HarnessRun) -> HarnessResult:
-        """Install, relay the model's port, run ``codex exec`` until it stops or the budget's
-        time is up."""
+        """Relay the model's port and run ``codex exec`` until it stops or the budget's time is
+        up: from the helper's volume, with no exec of its own before (the launch line checks
+        for it), or uploaded first where it is not there."""
         sandbox = run.sandbox
+        deadline = time.monotonic() + run.budget.timeout_s
         try:
-            codex = self.install(sandbox)
             with (
                 KeyedPort(target_of(run.model.base_url), run.model.api_key) as target,
                 sandbox.relay(self.port, target),
             ):
-                result = sandbox.exec(
-                    _launch(codex),
-                    args=tuple(self.argv(run, codex)),
-                    user=run.user,
-                    workdir=run.workdir,
-                    timeout_s=run.budget.timeout_s,
-                    max_output=16 << 20,
-                )
+                result = self._exec(run, MOUNTED, deadline)
+                if result.exit_code == ABSENT_CODE and result.output.strip() == ABSENT:
+                    result = self._exec(run, self.install(sandbox), deadline)
         except (HarnessError, SandboxError) as exc:
             return HarnessResult("crashed", error=str(exc))
         log = result.output[-LOG_BYTES:]
@@ -113,6 +109,20 @@ class Codex:
             return HarnessResult("completed", log=log)
         return HarnessResult(
             "crashed", error=failure or f"codex exited with code {result.exit_code}", log=log
+        )
+
+    def _exec(self, run: HarnessRun, codex: str, deadline: float) -> ExecResult:
+        """``codex exec`` from the folder ``codex`` until ``deadline`` (monotonic), as the agent
+        (through the exec channel where the server has it on: the harness's commands are the
+        agent's)."""
+        return run.sandbox.exec(
+            LAUNCH,
+            args=tuple(self.argv(run, codex)),
+            user=run.user,
+            workdir=run.workdir,
+            timeout_s=max(deadline - time.monotonic(), 0.0),
+            max_output=16 << 20,
+            channel=run.channel,
         )
 
     def argv(self, run: HarnessRun, codex: str = HOME) -> list[str]:
@@ -150,15 +160,13 @@ class Codex:
         ]
 
     def install(self, sandbox: Sandbox) -> str:
-        """Codex's folder in the container: :data:`MOUNTED`, when the helper's volume holds it
-        (then only its sticky home is made, by the probe's one root exec), else :data:`HOME`,
-        where the binary for the container's architecture is uploaded (root's, 0755)."""
-        found = sandbox.exec_root(_PROBE)
-        machine, _, rest = found.output.strip().partition("\n")
+        """Codex uploaded into :data:`HOME` (root's, 0755), the binary for the container's
+        architecture (one root exec asks it): for a container whose helper volume does not hold
+        it at :data:`MOUNTED`."""
+        found = sandbox.exec_root("uname -m")
+        machine = found.output.strip()
         if found.exit_code != 0:
-            raise HarnessError(f"cannot make codex's home: {rest.strip() or found.exit_code}")
-        if rest == "mounted":
-            return MOUNTED
+            raise HarnessError(f"cannot tell the container's architecture: {machine}")
         with open(self._archive(machine), "rb") as archive:
             sandbox.import_archive(HOME, archive)
         return HOME
@@ -169,22 +177,18 @@ class Codex:
         return self._archive(machine, prefix="codex/")
 
     def _archive(self, machine: str, prefix: str = "") -> Path:
-        """The install archive for ``machine`` (its names under ``prefix``; the upload's has the
-        sticky ``home`` too), made once per content (:mod:`.archives`)."""
+        """The install archive for ``machine`` (its names under ``prefix``), made once per
+        content (:mod:`.archives`)."""
         with self._lock:
             key = prefix + machine
             if key not in self._archives:
                 triple = _TRIPLES.get(machine)
                 if triple is None:
                     raise HarnessError(f"codex has no build for the container's {machine!r}")
-                archive = f"codex-{prefix.strip('/') or 'install'}-{triple}"
+                archive = f"codex-{prefix.strip('/') or 'upload'}-{triple}"
 
                 def write(target: Path) -> None:
                     with tarfile.open(target, "w") as tar:
-                        if not prefix:
-                            home = tarfile.TarInfo("home")
-                            home.type, home.mode = tarfile.DIRTYPE, 0o1777
-                            tar.addfile(home)
                         for name, source, size in _sources(self.package, triple):
                             info = tarfile.TarInfo(prefix + name)
                             info.size, info.mode = size, 0o755
