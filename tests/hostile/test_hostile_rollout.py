@@ -284,10 +284,13 @@ def test_a_reward_a_cached_harness_planted_does_not_count(srv_cached, harness, t
 @pytest.mark.parametrize("harness", sorted(CACHED))
 def test_a_cached_harness_finds_no_secret_and_cannot_reach_the_server(srv_cached, harness, task):
     # the hunt counted in the container (its whole output, however the harness cuts what it
-    # shows), then shown to the model (for the session's key, known only afterwards)
+    # shows), then shown to the model (for the session's key, known only afterwards). The reach
+    # runs twice: qwen-code's shell tool now and then shows a command's output as "(empty)" (seen
+    # once in CI), and a reach must be shown refused at least once and never shown connected.
     script = [
         Call(terminus_hunt(CACHED[harness])),
         Call(HUNT + "; echo HUNT-END"),
+        Call(reach_server(srv_cached)),
         Call(reach_server(srv_cached)),
         Say("Done."),
     ]

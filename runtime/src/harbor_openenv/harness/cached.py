@@ -198,7 +198,7 @@ class CachedHarness:
         """The probe on its own, one exec as the agent (what the first command runs first): the
         build's folder, or :class:`HarnessError` with why the image cannot run it."""
         found = run.sandbox.exec(
-            f'{self.probe_line()} >/dev/null; echo "$f"',
+            self.probe_line(),
             user=run.user,
             workdir=run.workdir,
             timeout_s=60,
