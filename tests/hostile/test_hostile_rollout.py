@@ -12,11 +12,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 import shlex
 
 import pytest
 from _interop import HARBOR_SERVER_VENV
-from _model import Call, Say
+from _model import Call, Read, Say
 from _model import ScriptedModel as CodexModel
 from _scripted_model import SUBMIT, ScriptedModel
 from _server import TOKEN, Server
@@ -251,6 +252,12 @@ def srv_cached(docker_client, tasks, harness_cache):
     server.stop()
 
 
+# What a cached harness's commands write for the test, read back through the harness's own file
+# tool: qwen-code 0.24.4's one-shot shell tool (Harbor's `--prompt` run, child_process) settles on
+# the child's exit and now and then shows a command's output as "(empty)".
+SHOWN = "/app/shown.txt"
+
+
 def opaque(command: str) -> str:
     """``command`` as a pipeline of plain words that runs it: what a harness's shell tool shows
     or checks of it (gemini-cli's refuses a command substitution) is never the hunt itself."""
@@ -269,10 +276,12 @@ def cached_rollout(srv, harness, task, script):
 @pytest.mark.parametrize("task", ["grade", "grade-nobody"])
 @pytest.mark.parametrize("harness", sorted(CACHED))
 def test_a_reward_a_cached_harness_planted_does_not_count(srv_cached, harness, task):
-    # the planter given up to 10 s to write (a loaded engine: claude-code's Bash saw no file yet)
+    # the planter given up to 10 s to write (a loaded engine: claude-code's Bash saw no file yet);
+    # what it printed read back through the harness's file tool (SHOWN)
     wait = "for i in $(seq 50); do [ -s /logs/verifier/reward.json ] && break; sleep 0.2; done;"
     plant = PLANT.replace("sleep 0.5;", wait)
-    answer, model = cached_rollout(srv_cached, harness, task, [Call(plant), Say("Done.")])
+    script = [Call(f"({plant}) > {SHOWN} 2>&1"), Read(SHOWN), Say("Done.")]
+    answer, model = cached_rollout(srv_cached, harness, task, script)
     assert answer.info["rollout"]["status"] == "completed", answer.error
     if task == "grade":  # root: the planter ran (nobody may not write /logs/verifier at all)
         assert '"reward": 1}' in tool_outputs(model), tool_outputs(model)
@@ -284,21 +293,21 @@ def test_a_reward_a_cached_harness_planted_does_not_count(srv_cached, harness, t
 @pytest.mark.parametrize("harness", sorted(CACHED))
 def test_a_cached_harness_finds_no_secret_and_cannot_reach_the_server(srv_cached, harness, task):
     # the hunt counted in the container (its whole output, however the harness cuts what it
-    # shows), then shown to the model (for the session's key, known only afterwards). The reach
-    # runs twice: qwen-code's shell tool now and then shows a command's output as "(empty)" (seen
-    # once in CI), and a reach must be shown refused at least once and never shown connected.
+    # shows), the agent's uid and the server's reach, read back through the harness's file tool
+    # (SHOWN); then the hunt shown to the model as it is (for the session's key, known only
+    # afterwards)
+    checks = f"{terminus_hunt(CACHED[harness])}; id; {reach_server(srv_cached)}"
     script = [
-        Call(terminus_hunt(CACHED[harness])),
+        Call(f"({checks}) > {SHOWN} 2>&1"),
+        Read(SHOWN),
         Call(HUNT + "; echo HUNT-END"),
-        Call(reach_server(srv_cached)),
-        Call(reach_server(srv_cached)),
         Say("Done."),
     ]
     answer, model = cached_rollout(srv_cached, harness, task, script)
     session_key = answer.info["rollout"]["session_id"]
     assert answer.info["rollout"]["status"] == "completed", answer.error
     outputs = tool_outputs(model)
-    found = dict(w.split("=", 1) for w in outputs.split() if w.startswith("HUNT-") and "=" in w)
+    found = dict(re.findall(r"(HUNT-[A-Z]+)=(\d+)", outputs))
     assert int(found["HUNT-LINES"]) > 20 and int(found["HUNT-ENV"]) >= 1, outputs
     assert found["HUNT-SECRETS"] == "0", outputs
     assert "server-unreachable" in outputs and "REACHED-SERVER" not in outputs
