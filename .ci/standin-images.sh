@@ -6,7 +6,7 @@
 # start FROM, but only where an image of that name is missing: on a machine that has the real
 # images, they are used. Two distributions, so the harness cache's builds are tried on two C
 # libraries and layouts: Debian bookworm (glibc 2.36) and Ubuntu 22.04 (glibc 2.35), each from
-# debootstrap's own default mirror for it. Debian bookworm's apt carries no Ubuntu archive key:
+# debootstrap's own default mirror for it; and Debian trixie, for its Python 3.13. Debian bookworm's apt carries no Ubuntu archive key:
 # where /usr/share/keyrings/ubuntu-archive-keyring.gpg is missing, the Ubuntu image's Release file
 # is not signature-checked (its packages still are, against that Release's checksums); it is a
 # test stand-in, never shipped.
@@ -39,6 +39,11 @@ standin() {
 standin harbor-openenv/standin:bookworm bookworm "" \
   python3,python3-venv,python3-pip,python-is-python3,git,patch,procps,ca-certificates \
   python:3.12-slim python:3.11-slim debian:bookworm-slim
+# Debian trixie's Python is 3.13: the base of an image that carries Harbor (Python >= 3.12), as
+# the rendered repo's terminus-2 answer needs (bookworm's python3 is 3.11)
+standin harbor-openenv/standin:trixie trixie "" \
+  python3,python3-venv,python3-pip,python-is-python3,procps,ca-certificates \
+  python:3.13-slim
 ubuntu_keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg
 [ -e "$ubuntu_keyring" ] && ubuntu_check="" || ubuntu_check=--no-check-gpg
 standin harbor-openenv/standin:jammy jammy "$ubuntu_check" \

@@ -88,11 +88,13 @@ def test_compose_leftovers_of_a_dead_server_are_swept(docker_client, tmp_path):
     dead = Server(FORMAT_TASKS, HOE_FORMAT_GREETING="hello", TMPDIR=str(tmp))
     try:
         with live.client() as kept:
-            assert kept.reset(task_id="compose").observation.error is None
+            error = kept.reset(task_id="compose").observation.error
+            assert error is None, (error, _tails(live, dead))
             live_folders = _scratch(tmp)
             assert len(live_folders) == 1
             with dead.client() as env:
-                assert env.reset(task_id="compose").observation.error is None
+                error = env.reset(task_id="compose").observation.error
+                assert error is None, (error, _tails(live, dead))  # seen once: "No such container"
                 prefix = dead.owner_prefix
                 assert _leftovers(docker_client, prefix)
                 dead.stop(sig=9)  # no shutdown hook runs
@@ -113,6 +115,11 @@ def test_compose_leftovers_of_a_dead_server_are_swept(docker_client, tmp_path):
     finally:
         dead.stop(sig=9)
         live.stop()
+
+
+def _tails(*servers: Server) -> str:
+    """The end of each server's output, for a failure's message."""
+    return "\n".join(f"--- server {s.port}:\n{s.output[-3000:]}" for s in servers)
 
 
 def test_scratch_sweep_judges_only_folders_that_name_a_dead_owner(

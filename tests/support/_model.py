@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from _scripted_model import SUBMIT, is_terminus, terminus_answer
+
 # The tool each harness offers for a shell command, and how its arguments carry the command.
 SHELL_TOOLS = {
     "exec_command": lambda command: {"cmd": command},  # Codex CLI (unified exec)
@@ -144,12 +146,14 @@ class ScriptedModel:
         """The script's next turn. A chat request that does not start with a system message is
         the capture proxy's probe of the endpoint: answered (a shell call if it offers a tool),
         never taking a turn, not kept. One that offers no tool is a harness's side call (opencode
-        titles its session so): answered, kept in :attr:`sent` only."""
+        titles its session so): answered, kept in :attr:`sent` only. terminus-2's turns (its
+        prompt a user message, no tools) take the script's turns as a system-led one does."""
         messages = body.get("messages")
-        if messages is not None and messages[0].get("role") != "system":
-            return Call("ls /tmp") if _tool_names(body) else Say("ok")
-        if messages is not None and not _tool_names(body):
-            return Say("A title")
+        if messages is not None and not is_terminus(messages, body.get("tools")):
+            if messages[0].get("role") != "system":
+                return Call("ls /tmp") if _tool_names(body) else Say("ok")
+            if not _tool_names(body):
+                return Say("A title")
         with self._lock:
             self.requests.append(body)
             return self.turns.pop(0) if self.turns else Say("Done.")
@@ -158,10 +162,14 @@ class ScriptedModel:
 
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         """A vLLM chat completion with token ids and logprobs."""
+        terminus = is_terminus(body["messages"], body.get("tools"))
         turn = self._next(body)
         prompt = "".join(json.dumps(message, sort_keys=True) for message in body["messages"])
         message: dict[str, Any] = {"role": "assistant", "content": None}
-        if isinstance(turn, Call | Read):
+        if terminus:  # its JSON: a Call's keystrokes, or (any other turn) the task done
+            message["content"] = terminus_answer(turn.command if isinstance(turn, Call) else SUBMIT)
+            finish = "stop"
+        elif isinstance(turn, Call | Read):
             name, arguments = _tool_call(body, turn)
             call_id = f"call_{len(self.requests)}"
             message["tool_calls"] = [
@@ -176,7 +184,7 @@ class ScriptedModel:
             message["content"] = turn.text
             finish = "stop"
         completion = _ids(json.dumps(message, sort_keys=True))
-        if body["messages"][0].get("role") == "system":  # a kept turn, not the proxy's probe
+        if terminus or body["messages"][0].get("role") == "system":  # a turn, not a probe
             with self._lock:
                 self.sent.append(
                     {"prompt_token_ids": _ids(prompt), "completion_token_ids": completion}

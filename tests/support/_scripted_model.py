@@ -62,12 +62,13 @@ def _body(message: dict[str, Any]) -> str:
     return _text(message.get("content")) + _calls(message) + "<|end|>"
 
 
-def _terminus(messages: list[dict[str, Any]], tools: Any) -> bool:
+def is_terminus(messages: list[dict[str, Any]], tools: Any) -> bool:
+    """Whether a request is terminus-2's turn: its prompt first, no tools."""
     content = messages[0].get("content") if messages else None
     return not tools and isinstance(content, str) and content.startswith(TERMINUS_PROMPT)
 
 
-def _terminus_answer(command: str) -> str:
+def terminus_answer(command: str) -> str:
     """terminus-2's JSON answer: ``command`` typed into its pane, or (SUBMIT) the task done."""
     if command == SUBMIT:
         return json.dumps({"analysis": "done", "plan": "", "commands": [], "task_complete": True})
@@ -116,7 +117,7 @@ class ScriptedModel:
         script = self.scripts.get(model)
         if script is None:
             return JSONResponse({"error": {"message": f"no model {model}"}}, status_code=404)
-        terminus = _terminus(messages, body.get("tools"))
+        terminus = is_terminus(messages, body.get("tools"))
         harness = terminus or (bool(messages) and messages[0].get("role") == "system")
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         offered = body.get("tools") or terminus
@@ -124,7 +125,7 @@ class ScriptedModel:
         if harness and command == CRASH:
             return JSONResponse({"error": {"message": "engine failure"}}, status_code=500)
         if terminus and command is not None:
-            message = {"role": "assistant", "content": _terminus_answer(command)}
+            message = {"role": "assistant", "content": terminus_answer(command)}
         elif command is not None:
             arguments = json.dumps({"command": command})
             message = {

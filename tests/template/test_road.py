@@ -9,7 +9,7 @@ CI's check-update step warns, and the rendered README's update command moves the
 
 What the test substitutes is what the READMEs leave to the user: the token (``change-me``), the
 port and name the copier questions ask for (``-d port=... -d env_name=...``, so parallel runs do
-not collide), the task id and the agent's tool calls in the trainer snippet, and the documented
+not collide; the harness route's base image too, as terminus-2 needs Python 3.12 or later), the task id and the agent's tool calls in the trainer snippet, and the documented
 host-network options (this engine has no bridge network). ``python3`` is this repository's venv
 Python (the README's ``pip install copier`` is then a no-op instead of a system-wide install).
 """
@@ -338,7 +338,7 @@ def test_remote_route_with_no_socket(checkout, docker_client):
 
 def rollout_snippet(readme: str, port: int, harness: str, base_url: str, picked: list[str]) -> str:
     """The rendered README's rollout call with the user's task, harness and endpoint; its
-    comment names codex and the ``picked`` cached harnesses."""
+    comment names codex and the ``picked`` harnesses."""
     snippet = readme_block(readme, "rollout")
     assert f'"http://localhost:{port}"' in snippet and TASK_PLACEHOLDER in snippet
     offered = ", ".join(f'"{name}"' for name in ["codex", *picked])
@@ -355,24 +355,26 @@ def rollout_snippet(readme: str, port: int, harness: str, base_url: str, picked:
 
 
 def test_harness_rollouts_route(checkout, docker_client, monkeypatch):
-    """The rendered README's "Harness rollouts", for a repo rendered with the answer: wheels/
-    filled and the image built offline (it carries mini-swe-agent), codex fetched into codex/ and
-    mounted as its run block says, then the harness cache of every harness the answer
-    ``cached_harnesses`` can pick filled and mounted as its block says; over the server's
-    WebSocket the README's rollout call, with the scripted vLLM-like model
-    (tests/support/_model.py), fixes hello-world with each of the seven harnesses: reward 1.0,
-    and the answer's token ids are the ones the model sent, turn by turn."""
+    """The rendered README's "Harness rollouts", for a repo rendered with the answers
+    (terminus-2's on a base image with Python 3.13: the stand-in python:3.12-slim here runs
+    3.11): wheels/ filled and the image built offline (it carries mini-swe-agent and Harbor),
+    codex fetched into codex/ and mounted as its run block says, then the harness cache of every
+    harness the answer ``cached_harnesses`` can pick and terminus-2's tmux filled and mounted as
+    its block says; over the server's WebSocket the README's rollout call, with the scripted
+    vLLM-like model (tests/support/_model.py), fixes hello-world with each of the eight
+    harnesses: reward 1.0, and the answer's token ids are the ones the model sent, turn by
+    turn."""
     from _model import Call, Say
 
     from harbor_openenv.harness.cached import KINDS
 
     port, name = free_port(), f"road-{uuid.uuid4().hex[:8]}-harness-env"
     picked = sorted(KINDS)
-    env = render(
-        checkout, port, name, "harness_rollouts=true", f"'cached_harnesses=[{','.join(picked)}]'"
-    )
+    answers = ("harness_rollouts=true", "terminus_rollouts=true", "base_image=python:3.13-slim")
+    env = render(checkout, port, name, *answers, f"'cached_harnesses=[{','.join(picked)}]'")
     readme = (env / "README.md").read_text()
-    assert '"harbor-openenv[server,harness]==' in (env / "pyproject.toml").read_text()
+    assert '"harbor-openenv[server,harness,harbor]==' in (env / "pyproject.toml").read_text()
+    offered = ["terminus-2", *picked]  # beside codex, in the rollout call's comment
     started = time.monotonic()
     output = shell(readme_block(readme, "build-offline"), cwd=env)
     assert "installed from wheels/ only" in output
@@ -389,18 +391,20 @@ def test_harness_rollouts_route(checkout, docker_client, monkeypatch):
     serve(env, port, name, "\n".join(run), readme, {
         "mini-swe-agent": [Call(hello), Call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")],
         "codex": [Call(hello), Say("I wrote hello.txt.")],
-    }, picked)  # fmt: skip
+    }, offered)  # fmt: skip
 
     fill, *run = readme_block(readme, "harness-cache").splitlines()
-    assert fill.startswith(f"uv run harbor-openenv harnesses fill harnesses {' '.join(picked)} ")
+    assert fill.startswith(
+        f"uv run harbor-openenv harnesses fill harnesses {' '.join(picked)} tmux "
+    )
     shell(fill, env)
     assert git("status", "--porcelain", cwd=env) == ""  # harnesses/ is git-ignored
     size = int(re.search(r"fill `harnesses/` once \(about (\d+) MB", readme)[1])
     filled = sum(f.stat().st_size for f in (env / "harnesses").rglob("*") if f.is_file()) / 1e6
     assert abs(filled - size) < 0.1 * size, (filled, size)  # the README's size, as filled
     try:
-        scripts = {harness: [Call(f"cd /app && {hello}"), Say("Done.")] for harness in picked}
-        serve(env, port, name, "\n".join(run), readme, scripts, picked)
+        scripts = {harness: [Call(f"cd /app && {hello}"), Say("Done.")] for harness in offered}
+        serve(env, port, name, "\n".join(run), readme, scripts, offered)
     finally:
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, check=False)
     total = time.monotonic() - started
@@ -412,7 +416,7 @@ def serve(
 ) -> None:
     """The README's ``run_block`` (its token given, on the host's network as the README offers),
     then its rollout call with each harness of ``scripts``, whose model answers that script
-    (``picked``: the cached harnesses the README offers)."""
+    (``picked``: the harnesses the README offers beside codex)."""
     from _model import ScriptedModel
 
     run_block = run_block.replace("change-me", TOKEN)

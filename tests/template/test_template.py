@@ -101,7 +101,9 @@ def test_render_matrix(copie, weird_dataset, pin_case, extra):
         assert pyproject["project"]["description"] == extra["description"]
 
     manifest = yaml.safe_load((project / "openenv.yaml").read_text())
-    validation = manifest.pop("validation")  # `openenv validate`'s block (tests/deploy/test_interop.py)
+    validation = manifest.pop(
+        "validation"
+    )  # `openenv validate`'s block (tests/deploy/test_interop.py)
     assert validation["capabilities"]["verifier"] == {
         "kind": "script",
         "entry": "tasks/*/tests/test.sh",
@@ -258,7 +260,9 @@ def test_bundled_example_dataset_renders_with_counts(copie):
     assert "| runnable (Docker container per episode) | 4 |" in readme
     assert "| text-only (scored client-side against `solution/patch.diff`) | 1 |" in readme
     assert "`text-only-pr-diff`" in readme
-    assert tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == project.name
+    assert (
+        tomllib.loads((project / "pyproject.toml").read_text())["project"]["name"] == project.name
+    )
     # the bundled example by its stable name, never the path of copier's temporary clone
     answers = (project / ".copier-answers.yml").read_text()
     assert "dataset_path: bundled:example" in answers and "copier._vcs" not in answers
@@ -293,7 +297,10 @@ def test_the_name_is_the_destination_folders_everywhere(tmp_path):
         assert yaml.safe_load((project / "openenv.yaml").read_text())["name"] == name
         assert f"docker build -t {name} ." in (project / "README.md").read_text()
         assert f"  {name}\n" in (project / "README.md").read_text()
-        assert f"- name: {name}\n" in (project / "deploy/kubernetes/base/kustomization.yaml").read_text()
+        assert (
+            f"- name: {name}\n"
+            in (project / "deploy/kubernetes/base/kustomization.yaml").read_text()
+        )
         other = {"example-env": "harness-env", "harness-env": "example-env"}[name]
         for path in project.rglob("*"):
             if path.is_file() and "tasks" not in path.relative_to(project).parts:
@@ -572,6 +579,33 @@ def test_the_picked_cached_harnesses_get_their_fill_command(copie, picked, size)
     assert f"once (about {size} MB" in readme
     assert "-e HARBOR_OPENENV_HARNESS_CACHE=/opt/harnesses" in block.split("```")[0]
     assert f'# or "codex", "{picked[0]}"' in readme
+
+
+def test_the_terminus_answer_carries_harbor_and_fills_tmux(copie):
+    """The answer ``terminus_rollouts`` (asked with ``harness_rollouts``): the runtime's harbor
+    extra in pyproject.toml, tmux in the fill command (its 5 MB counted), terminus-2 in the
+    rollout call's comment; without harness rollouts it is not asked and Harbor stays out."""
+    project = render(copie, harness_rollouts=True, terminus_rollouts=True)
+    assert '"harbor-openenv[server,harness,harbor]==' in (project / "pyproject.toml").read_text()
+    readme = (project / "README.md").read_text()
+    block = readme.split("<!-- harbor-openenv:road:harness-cache -->\n```bash\n")[1]
+    assert block.startswith("uv run harbor-openenv harnesses fill harnesses tmux ")
+    assert "once (about 5 MB" in readme and "This image carries Harbor" in readme
+    assert '# or "codex", "terminus-2"' in readme
+    plain = render(copie, harness_rollouts=False, terminus_rollouts=True)
+    assert '"harbor-openenv[server]==' in (plain / "pyproject.toml").read_text()
+    assert "This image does not carry Harbor" in (plain / "README.md").read_text()
+
+
+@pytest.mark.parametrize("image", ["python:3.11-slim", "python:3.9"])
+def test_terminus_on_an_older_python_is_one_clear_error(tmp_path, image):
+    out = tmp_path / "out"
+    answers = ("harness_rollouts=true", "terminus_rollouts=true", f"base_image={image}")
+    run = run_copier(out, *answers, quiet=True)
+    assert run.returncode != 0, run.stdout + run.stderr
+    expected = f"needs Python 3.12 or later in the image (Harbor does), and base_image is {image}"
+    assert expected in " ".join((run.stdout + run.stderr).split())
+    assert not out.exists()
 
 
 def test_the_harness_choices_are_the_runtimes_cached_harnesses():

@@ -55,7 +55,9 @@ def test_reads_what_the_image_installs(env):
 def test_refusals_are_one_line(env, args, expected):
     dockerfile = env / "Dockerfile"
     text = dockerfile.read_text()  # a base image that is not here: only --python says the version
-    dockerfile.write_text(text.replace("ARG BASE_IMAGE=python:3.12-slim", "ARG BASE_IMAGE=no-such:3.12"))
+    dockerfile.write_text(
+        text.replace("ARG BASE_IMAGE=python:3.12-slim", "ARG BASE_IMAGE=no-such:3.12")
+    )
     try:
         result = wheels("--repo", str(env), *args)
     finally:
@@ -78,6 +80,27 @@ def test_a_python_the_base_image_does_not_run_is_refused(env):
         f"harbor-openenv wheels: --python {other}, but the base image python:3.12-slim runs"
         f" Python {found}: its pip would refuse these wheels; drop --python (or pass --python"
         f" {found})"
+    )
+
+
+@pytest.mark.parametrize("extras", ["server,harness,harbor", "harbor"])
+def test_harbor_for_a_python_older_than_312_is_refused(env, extras):
+    """terminus-2's harbor extra, whose Harbor needs Python 3.12: its marker would leave Harbor
+    out of a 3.11 image without a word, so the fill refuses, before any pip runs."""
+    pyproject = env / "pyproject.toml"
+    text = pyproject.read_text()
+    pyproject.write_text(text.replace("harbor-openenv[server]", f"harbor-openenv[{extras}]"))
+    try:
+        result = wheels(
+            "--repo", str(env), "--python", "3.11", "--platform", "manylinux2014_x86_64"
+        )
+    finally:
+        pyproject.write_text(text)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        "harbor-openenv wheels: pyproject.toml asks for the runtime's harbor extra (terminus-2),"
+        " which needs Python 3.12 or later, and the image runs Python 3.11: give the Dockerfile"
+        " a base image with Python 3.12 or later (the copier answer base_image)"
     )
 
 

@@ -44,6 +44,19 @@ def requirements(repo: Path) -> list[str]:
     return [str(item) for item in [*project, *runtime]]
 
 
+def needs_harbor(wanted: list[str], python_version: str) -> None:
+    """Refuse the runtime's ``harbor`` extra (terminus-2's) for a Python older than 3.12: its
+    marker would leave Harbor out of the image without a word."""
+    extra = re.compile(r"harbor[-_.]openenv\[[^\]]*\bharbor\b")
+    major, minor = (int(part) for part in python_version.split("."))
+    if (major, minor) < (3, 12) and any(extra.match(item) for item in wanted):
+        raise WheelsError(
+            "pyproject.toml asks for the runtime's harbor extra (terminus-2), which needs Python"
+            f" 3.12 or later, and the image runs Python {python_version}: give the Dockerfile a"
+            " base image with Python 3.12 or later (the copier answer base_image)"
+        )
+
+
 def base_image(repo: Path) -> str | None:
     """The Dockerfile's ``ARG BASE_IMAGE=...``."""
     try:
@@ -168,6 +181,7 @@ def fill_wheels(
                 f"--python {python_version}, but the base image {image} runs Python {runs}:"
                 f" its pip would refuse these wheels; drop --python (or pass --python {runs})"
             )
+    needs_harbor(wanted, python_version)
 
     with tempfile.TemporaryDirectory(prefix="harbor-openenv-wheels-") as tmp:
         work = Path(tmp)
