@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harbor_openenv.config import Settings
-from harbor_openenv.sandbox.base import Sandbox
 from harbor_openenv.sandbox.errors import SandboxError
 
 from .base import HarnessError, HarnessResult, HarnessRun
@@ -125,7 +124,7 @@ class Terminus:
     def run(self, run: HarnessRun) -> HarnessResult:
         terminus2, tmux_session, agent_context = _import_terminus()
         try:
-            tmux = self.install(run.sandbox)
+            tmux = self.install(run)
         except (HarnessError, SandboxError) as exc:
             return HarnessResult("crashed", str(exc))
         with tempfile.TemporaryDirectory(prefix="harbor-openenv-terminus-") as logs:
@@ -141,24 +140,32 @@ class Terminus:
             return HarnessResult("turn_limit", None, _log(agent))
         return HarnessResult("completed", None, _log(agent))
 
-    def install(self, sandbox: Sandbox) -> str:
+    def install(self, run: HarnessRun) -> str:
         """tmux's folder in the container, after checking that the image has what Harbor's
         TmuxSession runs besides tmux: the harness cache's, where the helper's volume holds it
         (read-only, nothing uploaded), else :data:`HOME`, where the portable build for the
-        container's architecture is uploaded (root's, read-only to the agent)."""
+        container's architecture is uploaded (root's, read-only to the agent). The probe is one
+        exec as the agent's user: nothing in the image runs as root for it."""
         needs = " ".join(NEEDS)
-        probe = sandbox.exec_root(
-            f"uname -m; for p in {needs}; do command -v $p >/dev/null || echo missing $p; done"
+        probe = run.sandbox.exec(
+            f"uname -m; for p in {needs}; do command -v $p >/dev/null || echo missing $p; done;"
+            f' for t in {MOUNTED}/tmux/*/bin/tmux; do [ -x "$t" ] && echo "tmux $t"; done',
+            timeout_s=60,
+            max_output=1 << 16,
+            user=run.user,
+            workdir="/",
         )
-        machine, *missing = probe.output.strip().splitlines() or ["?"]
+        machine, *lines = probe.output.strip().splitlines() or ["?"]
+        missing = [line.split()[-1] for line in lines if line.startswith("missing ")]
         if missing:
-            lacks = ", ".join(line.split()[-1] for line in missing)
-            raise HarnessError(f"terminus-2 needs {needs} in the image; it has no {lacks}")
+            raise HarnessError(
+                f"terminus-2 needs {needs} in the image; it has no {', '.join(missing)}"
+            )
         mounted = f"{MOUNTED}/tmux/{PLATFORMS.get(machine, machine)}"
-        if sandbox.exec_root(f"test -x {mounted}/bin/tmux").exit_code == 0:
+        if f"tmux {mounted}/bin/tmux" in lines:
             return mounted
         with open(self._archive(machine), "rb") as archive:
-            sandbox.import_archive(HOME, archive)
+            run.sandbox.import_archive(HOME, archive)
         return HOME
 
     def _archive(self, machine: str) -> Path:

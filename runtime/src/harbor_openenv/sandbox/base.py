@@ -45,6 +45,12 @@ from .result import ExecResult
 KEEPER_ENTRYPOINT = (helper.HELPER, contract.COMMAND_KEEP)
 KEEPALIVE = (helper.HELPER, contract.COMMAND_IDLE)
 EXEC_MARK = "HARBOR_OPENENV_EXEC"  # in each exec's environment, to find what a timed-out one left
+# The shell and PATH of the orchestrator's own root scripts (exec_root, the timed-out command's
+# sweep): the system folders alone, never the image's PATH, whose earlier folders (/usr/local/bin,
+# a venv's bin) an image may leave writable to an unprivileged agent, which would put its own
+# `sh` or `rm` where a root exec finds it first.
+ROOT_SHELL = "/bin/sh"
+ROOT_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 LOGS_ARTIFACTS = "/logs/artifacts"  # made by setup.sh in every environment; artifacts travel
 # Prepare arguments for the helper: the verifier's user, its output folder, the tests folder and
 # contract.PREPARE_STAGE (empty it for tests to be uploaded) or PREPARE_KEEP (the image brings
@@ -277,10 +283,11 @@ class Sandbox(AgentFiles, EngineFiles):
         for who in ("root", user) if user not in ("root", "0") else ("root",):
             self.run(
                 Command(
-                    ["sh", "-c", load_script("kill-marked"), "sh", mark],
+                    [ROOT_SHELL, "-c", load_script("kill-marked"), "sh", mark],
                     timeout_s=60,
                     max_output=1 << 16,
                     user=who,
+                    env={"PATH": ROOT_PATH},
                     workdir="/",
                 )
             )
@@ -310,13 +317,15 @@ class Sandbox(AgentFiles, EngineFiles):
     def exec_root(
         self, script: str, *args: str, workdir: str = "/", timeout_s: float = 60
     ) -> ExecResult:
-        """Run a POSIX sh script as root for the orchestrator (not the agent)."""
+        """Run a POSIX sh script as root for the orchestrator (not the agent): :data:`ROOT_SHELL`
+        on :data:`ROOT_PATH`, so nothing an unprivileged agent planted on the image's PATH runs."""
         return self.run(
             Command(
-                ["sh", "-c", script, "sh", *args],
+                [ROOT_SHELL, "-c", script, "sh", *args],
                 timeout_s=timeout_s,
                 max_output=1 << 20,
                 user="root",
+                env={"PATH": ROOT_PATH},
                 workdir=workdir,
             )
         )

@@ -40,7 +40,7 @@ from harbor_openenv import helper
 from harbor_openenv.helper import contract
 from harbor_openenv.tasks.dataset import Dataset
 
-from .base import Sandbox
+from .base import ROOT_PATH, ROOT_SHELL, Sandbox
 from .command import Command
 from .engine_files import TAIL_SCAN_BYTES, Archive
 from .errors import SandboxError
@@ -288,10 +288,11 @@ class HarborSandbox(Sandbox):
             fields = [self._marks, *fields[1:]]
         answer = self.run(
             Command(
-                ["sh", "-c", load_script("harbor-keeper"), "sh", word, *fields],
+                [ROOT_SHELL, "-c", load_script("harbor-keeper"), "sh", word, *fields],
                 timeout_s=timeout_s,
                 max_output=1 << 20,
                 user="root",
+                env={"PATH": ROOT_PATH},
                 workdir="/",
             )
         )
