@@ -24,17 +24,28 @@ server:
   build found and its libraries loading), its exec less an empty one, as a rollout runs it in its
   first command's shell; codex's is none (its launch line's check of the binary).
 
-terminus-2 is not here: run on its own, Harbor's Terminus2 installs tmux with the image's package
-manager, which these images cannot reach.
+- terminus-2 (beside the container, as mini-swe-agent): Harbor's own ``Terminus2`` and its
+  ``TmuxSession``, unmodified, in the bench's process, LiteLLM calling the scripted model with
+  no proxy, each command a ``docker exec`` as Harbor's docker environment runs it (``bash -c``,
+  the user Harbor asks), in a container as the inside harnesses' baseline has it. Its install
+  step asks ``tmux -V`` and finds tmux, as in an image that has it installed: the cache's
+  portable tmux, mounted read-only, behind a ``/usr/local/bin/tmux`` made before the clock
+  starts (Harbor's own install would use the image's package manager, which no image here can
+  reach). It needs Python >= 3.12 with Harbor: run the bench with the runtime's harbor extra
+  (``.cache/harbor-server-venv/bin/python``, which has no mini-swe-agent: give ``--harness``);
+  under another Python the default leaves terminus-2 out and says so.
 
     .venv/bin/python bench/rollout.py [--reps 5] [--concurrent 8] [--harness NAME ...]
         [--cache ~/.cache/harbor-openenv/harnesses] [--codex-package .cache/openai-codex-*.tgz]
+    .cache/harbor-server-venv/bin/python bench/rollout.py --harness terminus-2
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import importlib.util
 import os
 import statistics
 import sys
@@ -59,7 +70,7 @@ from _model import ScriptedModel as DialectModel  # noqa: E402
 from _scripted_model import SUBMIT, ScriptedModel  # noqa: E402
 
 from harbor_openenv.client.launch import Server  # noqa: E402
-from harbor_openenv.harness import cached, codex  # noqa: E402
+from harbor_openenv.harness import cached, codex, terminus  # noqa: E402
 from harbor_openenv.harness.base import Budget, HarnessRun, ModelEndpoint  # noqa: E402
 from harbor_openenv.harness.cache import BUILDS, MANIFEST  # noqa: E402
 from harbor_openenv.tasks.config import parse_task_config  # noqa: E402
@@ -70,6 +81,10 @@ SCRIPT = ["ls -la", "printf 'Hello, world!\\n' > hello.txt", "cat hello.txt", SU
 IMAGE = "harbor-openenv-bench-rollout:hello-world"
 LABEL = {"harbor-openenv-bench": "rollout"}
 INSIDE = ["codex", *cached.KINDS]  # the inside harnesses this bench runs
+HARNESSES = ["mini-swe-agent", *INSIDE, "terminus-2"]
+TERMINUS = "terminus"  # the scripted model's name for terminus-2's script
+TERMINUS_SCRIPT = ["printf 'Hello, world!\\n' > /app/hello.txt", SUBMIT]  # SUBMIT: it confirms
+HAS_HARBOR = importlib.util.find_spec("harbor") is not None
 # The task's limits (task.toml's cpus and memory_mb), which Harbor's docker environment gives a
 # harness run on its own as the server gives a rollout's container
 LIMITS = parse_task_config((TASKS / TASK / "task.toml").read_text()).environment
@@ -237,6 +252,97 @@ def codex_direct(
     return 0.0, seconds
 
 
+class HarborExec:
+    """What Terminus2 and its TmuxSession call of Harbor's docker environment, as it runs them:
+    ``docker exec`` of ``bash -c`` as the user asked (root for its probes), in /app."""
+
+    default_user = None
+    session_id = "terminus-2"
+
+    def __init__(self, container: Plain) -> None:
+        self.container = container.container
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> Any:
+        from harbor.environments.base import ExecResult
+
+        found = await asyncio.to_thread(
+            self.container.exec_run,
+            ["bash", "-c", command],
+            environment=env,
+            workdir=cwd or "/app",
+            user=str(user or "root"),
+            demux=True,
+        )
+        out, err = (part.decode(errors="replace") if part else "" for part in found.output)
+        return ExecResult(stdout=out, stderr=err, return_code=found.exit_code)
+
+    async def is_dir(self, path: str, user: str | int | None = None) -> bool:
+        return bool((await self.exec(f"test -d '{path}'", user=user)).return_code == 0)
+
+
+def terminus_direct(client: docker.DockerClient, cache: Path, url: str) -> tuple[float, float]:
+    """terminus-2 on its own: the rollout's install probe's seconds (its exec less an empty
+    one), and Harbor's Terminus2's (its setup and run) with tmux installed as an image would
+    have it."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no cost map fetched
+    from harbor.agents.terminus_2.terminus_2 import Terminus2
+    from harbor.models.agent.context import AgentContext
+
+    with (
+        Plain(client, {cache: cached.MOUNTED}) as container,
+        tempfile.TemporaryDirectory(prefix="bench-terminus-") as logs,
+    ):
+        run = harness_run(container, url)
+        folder, probe = timed(lambda: terminus.Terminus(cache / "tmux").install(run))
+        _, empty = timed(lambda: container.exec("true", user="root"))
+        wrapper = f'printf "#!/bin/sh\\nexec {folder}/bin/tmux \\"\\$@\\"\\n"'
+        made = container.run(f"{wrapper} > /usr/local/bin/tmux && chmod 755 /usr/local/bin/tmux")
+        assert made.exit_code == 0 and folder.startswith(cached.MOUNTED), (folder, made.output)
+        agent = Terminus2(
+            logs_dir=Path(logs),
+            model_name=f"openai/{TERMINUS}",
+            api_base=url,
+            llm_kwargs={"api_key": "direct"},
+            max_turns=10,
+            suppress_max_turns_warning=True,
+            record_terminal_session=False,
+        )
+        environment = HarborExec(container)
+
+        async def act() -> None:
+            await agent.setup(environment)
+            await agent.run(run.instruction, environment, AgentContext())
+
+        start = time.perf_counter()
+        asyncio.run(asyncio.wait_for(act(), TIMEOUT_S))
+        seconds = time.perf_counter() - start
+        assert container.fixed(), container.run("ls -la /app").output
+    return max(probe - empty, 0.0), seconds
+
+
+def beside_terminus(
+    client: docker.DockerClient, server: Server, model: ScriptedModel, args: argparse.Namespace
+) -> dict[str, list[float]]:
+    """terminus-2's runs, direct and as rollouts interleaved, against the scripted model that
+    mini-swe-agent's runs use (its script under :data:`TERMINUS`)."""
+    rows: dict[str, list[float]] = {"direct": [], "rollout": [], "install": []}
+    rollout(server, model.base_url, TERMINUS, "terminus-2")  # warm: Harbor's import, the probe
+    terminus_direct(client, args.cache, model.base_url)
+    for _ in range(args.reps):
+        install, seconds = terminus_direct(client, args.cache, model.base_url)
+        rows["install"].append(install)
+        rows["direct"].append(seconds)
+        rows["rollout"].append(rollout(server, model.base_url, TERMINUS, "terminus-2"))
+    return rows
+
+
 def evaluate(server: Server) -> float:
     with server.client() as env:
         env.reset(task_id=TASK)
@@ -287,6 +393,13 @@ def unfit(args: argparse.Namespace) -> dict[str, str]:
             if missing:
                 fill = f"harbor-openenv harnesses fill {args.cache} {name}"
                 why[name] = f"the cache {args.cache} holds no {', '.join(missing)} ({fill})"
+        elif name == "terminus-2" and not HAS_HARBOR:
+            why[name] = (
+                f"{sys.executable} has no Harbor (run the bench with a Python that has the"
+                " runtime's harbor extra: .cache/harbor-server-venv/bin/python)"
+            )
+        elif name == "terminus-2" and not (args.cache / "tmux" / MANIFEST).is_file():
+            why[name] = f"the cache {args.cache} holds no tmux (harbor-openenv harnesses fill)"
     return why
 
 
@@ -323,7 +436,10 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument(
-        "--harness", action="append", choices=["mini-swe-agent", *INSIDE], help="(default: all)"
+        "--harness",
+        action="append",
+        choices=HARNESSES,
+        help="(default: all; terminus-2 only under a Python with Harbor)",
     )
     cache = Path.home() / ".cache" / "harbor-openenv" / "harnesses"
     parser.add_argument(
@@ -333,7 +449,10 @@ def arguments() -> argparse.Namespace:
     package = os.environ.get("HARBOR_OPENENV_CODEX_PACKAGE") or (packs[-1] if packs else None)
     parser.add_argument("--codex-package", type=Path, default=package)
     args = parser.parse_args()
-    args.harness = args.harness or ["mini-swe-agent", *INSIDE]
+    if not args.harness:
+        args.harness = HARNESSES if HAS_HARBOR else HARNESSES[:-1]
+        if not HAS_HARBOR:
+            print(f"terminus-2 left out: {sys.executable} has no Harbor (see --help)")
     args.cache = Path(args.cache).expanduser()
     for name, reason in unfit(args).items():
         parser.error(f"{name} cannot run: {reason}")
@@ -349,7 +468,7 @@ def main() -> None:
     settings = {"HARBOR_OPENENV_MAX_SESSIONS": str(args.concurrent + 2)}
     if "codex" in args.harness:
         settings["HARBOR_OPENENV_CODEX_PACKAGE"] = str(args.codex_package)
-    if set(args.harness) & set(cached.KINDS):
+    if set(args.harness) & {*cached.KINDS, "terminus-2"}:
         settings["HARBOR_OPENENV_HARNESS_CACHE"] = str(args.cache)
     table: dict[str, dict[str, list[float]]] = {}
     evaluations: list[float] = []
@@ -357,7 +476,7 @@ def main() -> None:
     try:
         with (
             tempfile.TemporaryDirectory(prefix="bench-rollout-") as folder,
-            ScriptedModel({"bench": SCRIPT}) as model,
+            ScriptedModel({"bench": SCRIPT, TERMINUS: TERMINUS_SCRIPT}) as model,
             Server(TASKS, **settings) as server,
         ):
             if "codex" in args.harness:  # the volume's codex/ folder, as the server puts it
@@ -369,9 +488,12 @@ def main() -> None:
                     server, model, args, evaluations
                 )
             for name in args.harness:
-                if name != "mini-swe-agent":
+                if name not in ("mini-swe-agent", "terminus-2"):
                     table[name] = inside(client, server, name, args, Path(folder))
                     evaluations.append(evaluate(server))
+            if "terminus-2" in args.harness:
+                table["terminus-2"] = beside_terminus(client, server, model, args)
+                evaluations.append(evaluate(server))
     finally:
         for container in client.containers.list(
             all=True, filters={"label": "harbor-openenv-bench"}
