@@ -53,8 +53,8 @@ def pytest_configure(config):
     os.environ[CHANNEL_VARIABLE] = config.getoption("--exec-channel")
 
 
-# The modules whose few tests take minutes each (CI's --durations: the road about 17 minutes, the
-# update about 5), first: with a module on one xdist worker (loadscope), the longest started
+# The modules whose few tests take minutes each (CI's --durations: the road about 10 minutes, the
+# update about 3), first: with a module on one xdist worker (loadscope), the longest started
 # last would leave the other worker idle to the end. The rest follow by number of tests, as
 # xdist's own reorder would put them (scripts/test turns that off: --no-loadscope-reorder).
 LONG_MODULES = ("tests/template/test_road.py", "tests/template/test_update.py")
