@@ -145,7 +145,9 @@ class Terminus:
         TmuxSession runs besides tmux: the harness cache's, where the helper's volume holds it
         (read-only, nothing uploaded), else :data:`HOME`, where the portable build for the
         container's architecture is uploaded (root's, read-only to the agent). The probe is one
-        exec as the agent's user: nothing in the image runs as root for it."""
+        command as the agent's user, through the exec channel where the server has it on (as
+        Terminus2's own commands go): nothing in the image runs as root for it, and what it
+        answers the agent could have written anyway (it then only misleads its own harness)."""
         needs = " ".join(NEEDS)
         probe = run.sandbox.exec(
             f"uname -m; for p in {needs}; do command -v $p >/dev/null || echo missing $p; done;"
@@ -154,14 +156,17 @@ class Terminus:
             max_output=1 << 16,
             user=run.user,
             workdir="/",
+            channel=run.channel,
         )
         machine, *lines = probe.output.strip().splitlines() or ["?"]
+        if machine not in PLATFORMS:  # the agent's answer: never a path on the server's host
+            raise HarnessError(f"terminus-2 has no tmux for the container's {machine[:80]!r}")
         missing = [line.split()[-1] for line in lines if line.startswith("missing ")]
         if missing:
             raise HarnessError(
                 f"terminus-2 needs {needs} in the image; it has no {', '.join(missing)}"
             )
-        mounted = f"{MOUNTED}/tmux/{PLATFORMS.get(machine, machine)}"
+        mounted = f"{MOUNTED}/tmux/{PLATFORMS[machine]}"
         if f"tmux {mounted}/bin/tmux" in lines:
             return mounted
         with open(self._archive(machine), "rb") as archive:
@@ -172,7 +177,7 @@ class Terminus:
         """The tar of the portable tmux for ``machine``, made once."""
         with self._lock:
             if machine not in self._archives:
-                folder = self.tmux / PLATFORMS.get(machine, machine)
+                folder = self.tmux / PLATFORMS[machine]
                 if not (folder / "bin" / "tmux").is_file():
                     raise HarnessError(
                         f"no tmux for the container's {machine!r} in {self.tmux}"
