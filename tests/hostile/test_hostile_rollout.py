@@ -14,6 +14,7 @@ import contextlib
 import json
 import re
 import shlex
+import shutil
 
 import pytest
 from _interop import HARBOR_SERVER_VENV
@@ -231,6 +232,41 @@ def test_terminus_finds_no_secret_and_cannot_reach_the_server(srv_terminus, term
     auth = {h.get("authorization") for h in terminus_model.headers[-3:]}
     assert auth == {f"Bearer {TRAINER_KEY}"}
     assert TRAINER_KEY not in json.dumps(answer.model_dump())
+
+
+@pytest.fixture(scope="module")
+def srv_decoy(docker_client, tasks, harness_cache, tmp_path_factory):
+    """A terminus-2 server whose harness cache holds tmux and, beside it, a folder of the
+    server's host shaped as tmux's (``decoy/bin/tmux``)."""
+    cache = tmp_path_factory.mktemp("cache")
+    shutil.copytree(harness_cache / "tmux", cache / "tmux")
+    (cache / "decoy" / "bin").mkdir(parents=True)
+    (cache / "decoy" / "bin" / "tmux").write_text("#!/bin/sh\necho DECOY-RAN\n")
+    server = Server(
+        tasks,
+        python=str(HARBOR_SERVER_VENV / "bin" / "python"),
+        HARBOR_OPENENV_HARNESS_CACHE=str(cache),
+    )
+    yield server
+    server.stop()
+
+
+@pytest.mark.timeout(600)
+def test_a_forged_architecture_uploads_nothing_of_the_servers_host(srv_decoy, terminus_model):
+    """terminus-2's probe runs the agent's programs: a root agent's own ``uname`` answering
+    ``../decoy`` is refused in one line, before any upload (it went into the path of the folder
+    the server tars, ``decoy`` beside the cache's ``tmux``)."""
+    forge = "printf '#!/bin/sh\\necho ../decoy\\n' > /usr/local/bin/uname"
+    with srv_decoy.client() as env:
+        env.reset(task_id="grade")
+        planted = env.exec(f"{forge} && chmod 755 /usr/local/bin/uname && uname -m").observation
+        assert planted.output.strip() == "../decoy", planted
+        fields = {"api_key": TRAINER_KEY, "max_turns": 3, "timeout_s": 120}
+        answer = env.rollout(
+            "terminus-2", base_url=terminus_model.base_url, model="plant", **fields
+        ).observation
+    assert answer.reward is None and answer.info["rollout"]["status"] == "crashed", answer
+    assert "terminus-2 has no tmux for the container's '../decoy'" in answer.error, answer.error
 
 
 # -- the harness cache's harnesses (inside the container, from the read-only cache, their model
