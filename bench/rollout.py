@@ -47,6 +47,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import shlex
 import statistics
 import sys
 import tarfile
@@ -284,7 +285,7 @@ class HarborExec:
         return ExecResult(stdout=out, stderr=err, return_code=found.exit_code)
 
     async def is_dir(self, path: str, user: str | int | None = None) -> bool:
-        return bool((await self.exec(f"test -d '{path}'", user=user)).return_code == 0)
+        return bool((await self.exec(f"test -d {shlex.quote(path)}", user=user)).return_code == 0)
 
 
 def terminus_direct(client: docker.DockerClient, cache: Path, url: str) -> tuple[float, float]:

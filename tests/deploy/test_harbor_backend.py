@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from _engines import EngineError
-from _interop import HARBOR_SERVER_VENV
+from _interop import HARBOR_SERVER_PYTHON
 from _remote import NO_SOCKET, remote_engine, remote_env
 from _server import ROOT, TOKEN, Server, runtime_containers
 from _sshd import SshdError, serve_sshd
@@ -32,7 +32,7 @@ from harbor_openenv.tasks.task import TaskKind
 pytestmark = pytest.mark.docker
 
 TASKS = ROOT / "examples" / "dataset" / "tasks"
-PYTHON = str(HARBOR_SERVER_VENV / "bin" / "python")
+PYTHON = HARBOR_SERVER_PYTHON
 FIX = "printf 'Hello, world!\\n' > /app/hello.txt"
 
 

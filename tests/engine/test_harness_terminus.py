@@ -12,7 +12,7 @@ import shutil
 from itertools import pairwise
 
 import pytest
-from _interop import HARBOR_SERVER_VENV
+from _interop import HARBOR_SERVER_PYTHON
 from _scripted_model import SUBMIT, ScriptedModel
 from _server import ROOT, Server
 
@@ -58,7 +58,7 @@ def tasks(tmp_path_factory):
 def server(tasks, harness_cache):
     srv = Server(
         tasks,
-        python=str(HARBOR_SERVER_VENV / "bin" / "python"),
+        python=HARBOR_SERVER_PYTHON,
         HARBOR_OPENENV_HARNESS_CACHE=str(harness_cache),
     )
     yield srv

@@ -17,7 +17,7 @@ import shlex
 import shutil
 
 import pytest
-from _interop import HARBOR_SERVER_VENV
+from _interop import HARBOR_SERVER_PYTHON
 from _model import Call, Read, Say
 from _model import ScriptedModel as CodexModel
 from _scripted_model import SUBMIT, ScriptedModel
@@ -161,13 +161,13 @@ def test_codex_inside_finds_no_secret_and_cannot_reach_the_server(srv, task):
 # the Python 3.12 venv with the harness cache's tmux
 
 
+def terminus_server(tasks, cache) -> Server:
+    return Server(tasks, python=HARBOR_SERVER_PYTHON, HARBOR_OPENENV_HARNESS_CACHE=str(cache))
+
+
 @pytest.fixture(scope="module")
 def srv_terminus(docker_client, tasks, harness_cache):
-    server = Server(
-        tasks,
-        python=str(HARBOR_SERVER_VENV / "bin" / "python"),
-        HARBOR_OPENENV_HARNESS_CACHE=str(harness_cache),
-    )
+    server = terminus_server(tasks, harness_cache)
     yield server
     server.stop()
 
@@ -242,11 +242,7 @@ def srv_decoy(docker_client, tasks, harness_cache, tmp_path_factory):
     shutil.copytree(harness_cache / "tmux", cache / "tmux")
     (cache / "decoy" / "bin").mkdir(parents=True)
     (cache / "decoy" / "bin" / "tmux").write_text("#!/bin/sh\necho DECOY-RAN\n")
-    server = Server(
-        tasks,
-        python=str(HARBOR_SERVER_VENV / "bin" / "python"),
-        HARBOR_OPENENV_HARNESS_CACHE=str(cache),
-    )
+    server = terminus_server(tasks, cache)
     yield server
     server.stop()
 

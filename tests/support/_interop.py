@@ -16,6 +16,7 @@ HARBOR_SERVER_VENV = Path(
     os.environ.get("HARBOR_OPENENV_HARBOR_SERVER_VENV")
     or Path(__file__).resolve().parents[2] / ".cache" / "harbor-server-venv"
 )
+HARBOR_SERVER_PYTHON = str(HARBOR_SERVER_VENV / "bin" / "python")
 
 # Headless Chromium that stays on 127.0.0.1: without the background-networking flags it calls
 # home (updates, sync, QUIC probes).
