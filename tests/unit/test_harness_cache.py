@@ -137,3 +137,14 @@ def test_a_cache_without_node_names_it(tmp_path):
     (tmp_path / "gemini-cli" / "harness.json").write_text("{}")
     with pytest.raises(HarnessError, match=f"the harness cache {tmp_path} holds no node"):
         cached.from_settings("gemini-cli", Settings(harness_cache=tmp_path))
+
+
+def test_aiders_wheels_are_the_ones_the_folders_glibc_loads():
+    """aider's folder carries bookworm's glibc (2.36): pip takes a wheel built for it or older,
+    never a newer one, whatever the filling host's own glibc."""
+    from harbor_openenv.harness.wheels import GLIBC, manylinux_tags
+
+    tags = manylinux_tags("x86_64")
+    assert GLIBC == (2, 36) and tags[0] == "manylinux_2_36_x86_64"
+    assert tags[-2:] == ["manylinux_2_17_x86_64", "manylinux2014_x86_64"]
+    assert len(tags) == len(set(tags)) == 21

@@ -197,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="fetch harnesses into FOLDER",
         description="Fetch each NAMEd harness (default: all) into FOLDER/NAME with npm pack, at"
         " the version this runtime pins, for this machine's architecture (glibc and musl builds)"
-        " or the npm platforms --platform names; what was there is replaced.",
+        " or the npm platforms --platform names (aider: pip install on a CPython made portable"
+        " from Debian's packages, for this machine); what was there is replaced.",
     )
     fill.add_argument("folder", type=Path, metavar="FOLDER")
     fill.add_argument(
@@ -205,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="*",
         metavar="NAME",
         help="a harness, e.g. claude-code, gemini-cli or qwen-code (these two fill node, their"
-        " runtime, too), or tmux (terminus-2's, from Debian's packages)",
+        " runtime, too), aider (from PyPI), or tmux (terminus-2's, from Debian's packages)",
     )
     fill.add_argument(
         "--platform",

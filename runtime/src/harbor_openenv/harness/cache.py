@@ -8,6 +8,11 @@ Layout on the host (``HARBOR_OPENENV_HARNESS_CACHE``)::
     CACHE/<harness>/<platform>/bin/<entry>   one folder per npm platform filled:
                                              linux-x64, linux-x64-musl, linux-arm64, ...
 
+aider, from PyPI, is its wheels on a portable CPython made from Debian's packages
+(:mod:`.wheels`), for the filling machine's platform only::
+
+    CACHE/aider/<platform>/bin/aider         lib/<loader> ... libexec/python3.11, -I
+
 A harness that ships self-contained builds (claude-code and opencode: a Bun build per platform,
 glibc and musl) needs nothing else. A Node harness (gemini-cli, qwen-code: bundled JavaScript, no
 ``node_modules``) runs on the cache's ``node``, Node's official build from npm's ``node-linux-*``
@@ -43,6 +48,7 @@ from harbor_openenv.helper import MOUNT_DIR
 from . import archives
 from .base import HarnessError
 from .portable import fill_tmux_cache
+from .wheels import fill_harness
 
 MOUNTED = f"{MOUNT_DIR}/harnesses"  # in the container: MOUNTED/<harness>/<platform>/...
 MANIFEST = "harness.json"
@@ -63,7 +69,10 @@ class Build:
     ``entry`` (a path in the platform's folder). A harness with a ``runtime`` (a build of this
     table: ``node``) is a ``script`` in its folder that runs on it; its ``entry`` is the launcher
     the fill writes, and the runtime's entry is what must load in the image. A ``tree`` build
-    is installed with its dependencies (``npm install``) into ``lib/``; ``files`` is unused."""
+    is installed with its dependencies (``npm install``) into ``lib/``; ``files`` is unused.
+    A ``pypi`` build (aider) is ``package`` from PyPI on a portable CPython (:mod:`.wheels`),
+    for the filling machine's platform; ``entry`` is ``bin/<command>`` of its console script
+    ``main`` (``module:function``), and it needs nothing of the image (no loader, no runtime)."""
 
     name: str
     package: str
@@ -74,6 +83,11 @@ class Build:
     runtime: str | None = None
     script: str | None = None
     tree: bool = False
+    main: str | None = None
+
+    @property
+    def pypi(self) -> bool:
+        return self.main is not None
 
     def spec(self, platform: str) -> str:
         return f"{self.package.format(platform=platform)}@{self.version}"
@@ -132,6 +146,15 @@ BUILDS = {
             tree=True,
         ),
         Build(
+            name="aider",
+            package="aider-chat",
+            version="0.86.2",
+            files={},
+            platforms=NODE_PLATFORMS,  # the filling machine's one: x86_64 or aarch64
+            entry="bin/aider",
+            main="aider.main:main",
+        ),
+        Build(
             name="opencode",
             package="opencode-{platform}",
             version="1.18.18",
@@ -171,6 +194,8 @@ def fill(root: Path, name: str, platforms: tuple[str, ...]) -> dict[str, int]:
     if build is None:
         known = ", ".join(sorted([*BUILDS, *RUNTIMES]))
         raise HarnessError(f"no harness {name!r} to fill (known: {known})")
+    if build.pypi:  # from PyPI, for this machine (.wheels)
+        return fill_harness(root, name, build.package, build.version, _console(build))
     wanted = [platform for platform in platforms if platform in build.platforms]
     if not wanted:
         raise HarnessError(f"{name} ships no build for {', '.join(platforms)}")
@@ -205,6 +230,11 @@ def fill(root: Path, name: str, platforms: tuple[str, ...]) -> dict[str, int]:
     if build.runtime is not None and not filled(root, BUILDS[build.runtime]):
         fill(root, build.runtime, platforms)  # the runtime it runs on, once
     return sizes
+
+
+def _console(build: Build) -> str:
+    """``build``'s console script as ``command=module:function``."""
+    return f"{build.entry.removeprefix('bin/')}={build.main}"
 
 
 def filled(root: Path, build: Build) -> bool:

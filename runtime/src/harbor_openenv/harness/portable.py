@@ -29,7 +29,7 @@ from .base import HarnessError
 MANIFEST = "portable.json"  # what a portable folder holds: the program, its packages, versions
 TMUX_PACKAGES = ("tmux", "libevent-core-2.1-7", "libtinfo6", "libutempter0", "libc6")
 PLATFORMS = {"x86_64": "linux-x64", "aarch64": "linux-arm64"}  # uname -m -> the cache's folder
-_LOADERS = {"x86_64": "ld-linux-x86-64.so.2", "aarch64": "ld-linux-aarch64.so.1"}
+LOADERS = {"x86_64": "ld-linux-x86-64.so.2", "aarch64": "ld-linux-aarch64.so.1"}
 _LAUNCHER = """#!/bin/sh
 # {program} from Debian's {package} {version}, with its libraries and loader (harbor-openenv)
 here=$(dirname "$0")/..
@@ -62,19 +62,19 @@ def fill_program(dest: Path, program: str, path: str, packages: tuple[str, ...])
     """Make ``dest`` the portable folder of ``path`` (in the first of ``packages``, which with the
     rest hold its library closure and the C library); returns its size in bytes."""
     machine = platform.machine()
-    loader = _LOADERS.get(machine)
+    loader = LOADERS.get(machine)
     if loader is None:
         raise HarnessError(f"no portable {program} for the architecture {machine!r}")
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
             raise HarnessError(f"filling a portable {program} needs {tool} (a Debian host)")
     with tempfile.TemporaryDirectory(prefix=f"harbor-openenv-{program}-") as scratch:
-        root, versions = _unpack(Path(scratch), packages)
+        root, versions = unpack(Path(scratch), packages)
         staged = Path(scratch) / "out"
         for part in ("bin", "lib", "libexec"):
             (staged / part).mkdir(parents=True)
         shutil.copy2(root / path, staged / "libexec" / program)
-        for library in _closure(root, root / path, loader):
+        for library in closure(root, [root / path], loader):
             shutil.copy(library, staged / "lib" / library.name)  # follows the symlinks
         launcher = staged / "bin" / program
         launcher.write_text(
@@ -100,7 +100,7 @@ def fill_program(dest: Path, program: str, path: str, packages: tuple[str, ...])
     return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
 
 
-def _unpack(scratch: Path, packages: tuple[str, ...]) -> tuple[Path, list[str]]:
+def unpack(scratch: Path, packages: tuple[str, ...]) -> tuple[Path, list[str]]:
     """``packages`` downloaded (``apt-get download``) and unpacked into one root; their
     versions."""
     debs = scratch / "debs"
@@ -123,31 +123,39 @@ def _unpack(scratch: Path, packages: tuple[str, ...]) -> tuple[Path, list[str]]:
     return root, versions
 
 
-def _closure(root: Path, program: Path, loader: str) -> list[Path]:
-    """The shared libraries ``program`` loads, and the loader, all out of ``root`` (the C
-    library's own loader lists them with only ``root``'s folders to search)."""
+def closure(
+    root: Path, programs: list[Path], loader: str, *, inside: Path | None = None
+) -> list[Path]:
+    """The shared libraries ``programs`` load, and the loader, all out of ``root`` (the C
+    library's own loader lists them with only ``root``'s folders and each program's own folder
+    to search); a library found ``inside`` that folder (a wheel's own, by its RUNPATH) is left
+    where it is."""
     dirs = sorted(str(d) for d in root.glob("**/lib/*-linux-gnu") if d.is_dir())
     (ld,) = [Path(d) / loader for d in dirs if (Path(d) / loader).is_file()]
-    listed = subprocess.run(
-        [str(ld), "--library-path", ":".join(dirs), "--list", str(program)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    found, missing = [ld], []
-    for line in listed.stdout.splitlines():
-        name, _, where = line.strip().partition(" => ")
-        if where.startswith("not found"):
-            missing.append(name)
-        elif where and not where.startswith("("):
-            library = Path(where.split(" (")[0])
-            if root in library.parents:
-                found.append(library)
-            elif library.name != loader:
-                missing.append(name)
-    if listed.returncode != 0 or missing:
-        detail = ", ".join(missing) or listed.stderr.strip()
-        raise HarnessError(
-            f"{program.name}'s libraries are not all in {shlex.quote(str(root))}: {detail}"
+    found: dict[str, Path] = {ld.name: ld}
+    for program in programs:
+        listed = subprocess.run(
+            [str(ld), "--library-path", ":".join([*dirs, str(program.parent)]), "--list"]
+            + [str(program)],
+            capture_output=True,
+            text=True,
+            check=False,
         )
-    return found
+        missing = []
+        for line in listed.stdout.splitlines():
+            name, _, where = line.strip().partition(" => ")
+            if where.startswith("not found"):
+                missing.append(name)
+            elif where and not where.startswith("("):
+                library = Path(where.split(" (")[0])
+                if root in library.parents:
+                    found.setdefault(library.name, library)
+                elif (inside is None or inside not in library.parents) and library.name != loader:
+                    missing.append(name)
+        static = "statically linked" in listed.stdout + listed.stderr
+        if (listed.returncode != 0 and not static) or missing:
+            detail = ", ".join(missing) or listed.stderr.strip()
+            raise HarnessError(
+                f"{program.name}'s libraries are not all in {shlex.quote(str(root))}: {detail}"
+            )
+    return list(found.values())
