@@ -26,6 +26,7 @@ from unittest import mock
 # LiteLLM (under Harbor) fetches its model price table at import unless told to use its own copy.
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
+from harbor.agents.installed.aider import Aider
 from harbor.agents.installed.claude_code import ClaudeCode
 from harbor.agents.installed.gemini_cli import GeminiCli
 from harbor.agents.installed.opencode import OpenCode
@@ -74,6 +75,11 @@ AGENTS: dict[str, tuple[type[Any], str, dict[str, str]]] = {
     ),
     "pi": (
         Pi,
+        f"openai/{PLACEHOLDERS['model']}",
+        {"OPENAI_API_KEY": PLACEHOLDERS["api_key"], "OPENAI_BASE_URL": PLACEHOLDERS["base_url"]},
+    ),
+    "aider": (
+        Aider,
         f"openai/{PLACEHOLDERS['model']}",
         {"OPENAI_API_KEY": PLACEHOLDERS["api_key"], "OPENAI_BASE_URL": PLACEHOLDERS["base_url"]},
     ),

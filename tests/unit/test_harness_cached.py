@@ -12,12 +12,15 @@ import subprocess
 import pytest
 from _fake_sandbox import FakeSandbox
 
+from harbor_openenv.config import Settings
 from harbor_openenv.harness.base import Budget, HarnessError, HarnessRun, ModelEndpoint
-from harbor_openenv.harness.cache import BUILDS
+from harbor_openenv.harness.cache import BUILDS, MOUNTED
 from harbor_openenv.harness.cached import (
     INSTRUCTION,
     KINDS,
+    UNFIT,
     CachedHarness,
+    aider_failure,
     from_settings,
     opencode_failure,
     pi_failure,
@@ -129,3 +132,69 @@ def test_pis_events_say_whether_it_failed():
     error = {"type": "message_end", "message": failed}
     assert pi_failure(ok + "\n" + json.dumps(error)) == "401 no key"
     assert pi_failure("sh: pi: not found") == "pi reported no event"
+
+
+@pytest.fixture
+def aider_cache(tmp_path):
+    """A harness cache that holds aider's manifest only."""
+    (tmp_path / "aider").mkdir()
+    (tmp_path / "aider" / "harness.json").write_text('{"name": "aider"}')
+    return tmp_path
+
+
+def test_aiders_command_runs_the_caches_build_with_its_settings_and_no_installer_line(
+    aider_cache,
+):
+    harness = from_settings("aider", Settings(harness_cache=aider_cache))
+    episode = run()
+    (step,) = harness.steps
+    command = harness.command(step["command"], episode)
+    assert ". $HOME/.local/bin/env" in step["command"]  # Harbor's: its installer's env file
+    assert ".local/bin/env" not in command and command.startswith("set -o pipefail; ")
+    assert "aider --yes " in command and "--model=openai/Qwen/Qwen3-8B" in command
+    env = harness.environment(step["env"], episode)
+    # the model's settings file, JSON with the URL inside it, names the relayed port
+    (settings,) = json.loads(env["AIDER_API_KEY_SETTINGS"])
+    assert settings["extra_params"]["api_base"] == "http://127.0.0.1:4181/v1"
+    assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:4181/v1"
+    assert env["OPENAI_API_KEY"] == "harbor-openenv-key"  # the keyed port sets the real one
+    assert (env["AIDER_CHECK_UPDATE"], env["AIDER_ANALYTICS_DISABLE"]) == ("false", "true")
+
+
+def test_aiders_probe_needs_nothing_of_the_image_but_its_architecture(aider_cache, tmp_path):
+    """aider's build carries its own loader and C library: the probe checks no image loader,
+    only the machine's folder (there is one platform, the filling machine's)."""
+    harness = from_settings("aider", Settings(harness_cache=aider_cache))
+    assert harness.probe_args("/c") == ["/c/aider", "bin/aider"]
+    machine = subprocess.run(["uname", "-m"], capture_output=True, text=True).stdout.strip()
+    platform = {"x86_64": "linux-x64", "aarch64": "linux-arm64"}[machine]
+    cache = tmp_path / "mounted"
+    (cache / "aider" / platform / "bin").mkdir(parents=True)
+    (cache / "aider" / platform / "bin" / "aider").write_text("#!/bin/sh\n")
+    (cache / "aider" / platform / "bin" / "aider").chmod(0o755)
+    line = harness.probe_line().replace(MOUNTED, str(cache))
+    assert "--list" not in line  # no image loader asked to load anything
+    probe = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=False)
+    assert probe.stdout.splitlines() == [f"{cache}/aider/{platform}"], probe
+    (cache / "aider" / platform / "bin" / "aider").unlink()
+    probe = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=False)
+    assert probe.returncode == 3, probe
+    assert probe.stdout == f"{UNFIT}the harness cache holds no {platform} build\n"
+
+
+@pytest.mark.parametrize(
+    ("output", "error"),
+    [
+        ("Applied edit to hello.txt\n", None),
+        (
+            "litellm.APIConnectionError: APIConnectionError: OpenAIException - Connection error.\n"
+            "Retrying in 0.2 seconds...\n"
+            "litellm.APIConnectionError: APIConnectionError: OpenAIException - Connection error.\n",
+            "litellm.APIConnectionError: APIConnectionError: OpenAIException - Connection error.",
+        ),
+        ("litellm.BadRequestError: OpenAIException - no model x\n", "litellm.BadRequestError:"),
+    ],
+)
+def test_aiders_model_errors_are_read_from_its_output(output, error):
+    found = aider_failure(output)
+    assert (found is None) if error is None else (found is not None and found.startswith(error))

@@ -81,6 +81,25 @@ if ! out=$("$l" --list "$x" 2>&1); then
 fi
 echo "$1/$p"
 """
+# The probe of a portable build (aider: its own loader and C library in the folder), which any
+# Linux image of its architecture runs: $1 the harness's folder, $2 its entry.
+PORTABLE_PROBE = r"""
+m=$(uname -m)
+case $m in
+  x86_64) p=linux-x64 ;;
+  aarch64) p=linux-arm64 ;;
+  *) echo "no harness builds for the container's architecture $m"; exit 3 ;;
+esac
+if [ ! -d "$1" ]; then
+  echo "the harness cache is not in this container (the server's HARBOR_OPENENV_HARNESS_CACHE)"
+  exit 3
+fi
+if [ ! -x "$1/$p/$2" ]; then echo "the harness cache holds no $p build"; exit 3; fi
+echo "$1/$p"
+"""
+# What Harbor's aider command sources first: the env file its installer writes, which puts aider
+# on PATH. The cache's build is on PATH already, and there is no such file: the line goes.
+INSTALLER_ENV = ". $HOME/.local/bin/env; "
 
 
 def agent_table() -> dict[str, Any]:
@@ -117,9 +136,11 @@ class CachedHarness:
         failure: Callable[[str], str | None],
         *,
         port: int = PORT,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = build.name
         self.build, self.dialect, self._failure, self.port = build, dialect, failure, port
+        self.env = env or {}
         table = agent_table()
         self.placeholders: dict[str, str] = table["placeholders"]
         self.steps: list[dict[str, Any]] = table["agents"][build.name]
@@ -171,8 +192,9 @@ class CachedHarness:
         """The shell line before the first command, as the agent: :data:`PROBE` finds the build
         the container runs, prints its folder as the output's first line and puts its ``bin``
         on PATH; one the image cannot run prints :data:`UNFIT` and why, and exits 3."""
+        probe = PORTABLE_PROBE if self.build.pypi else PROBE
         return (
-            f"_probe() {{ {PROBE}\n}}; f=$(_probe {shlex.join(self.probe_args())})"
+            f"_probe() {{ {probe}\n}}; f=$(_probe {shlex.join(self.probe_args())})"
             f' || {{ echo "{UNFIT}$f"; exit 3; }}; echo "$f"; export PATH="$f/bin:$PATH"'
         )
 
@@ -180,6 +202,8 @@ class CachedHarness:
         """:data:`PROBE`'s arguments for the cache at ``root`` in the container."""
         runtime = BUILDS[self.build.runtime] if self.build.runtime else None
         args = [f"{root}/{self.name}", self.build.entry]
+        if self.build.pypi:
+            return args
         return args + ([f"{root}/{runtime.name}", runtime.entry] if runtime else [])
 
     def found(self, result: ExecResult) -> tuple[str, ExecResult]:
@@ -225,20 +249,24 @@ class CachedHarness:
 
     def environment(self, env: dict[str, str], run: HarnessRun) -> dict[str, str]:
         """A step's environment as Harbor set it, its placeholders replaced: the model's name,
-        the relayed URL and the instruction (the key stays a placeholder: the keyed port sets
-        the real one outside the container); the instruction also in :data:`INSTRUCTION`."""
+        the relayed URL and the instruction, also inside a value (aider's model settings, JSON,
+        hold the URL); the key stays a placeholder: the keyed port sets the real one outside the
+        container. The instruction is also in :data:`INSTRUCTION`, and the harness's own
+        settings (:data:`SETTINGS`) are added."""
         values = {
             self.placeholders["model"]: run.model.model,
             self.placeholders["base_url"]: self.relayed_url(run),
             self.placeholders["instruction"]: run.instruction,
         }
-        replaced = {name: values.get(value, value) for name, value in env.items()}
-        return {**replaced, INSTRUCTION: run.instruction}
+        replaced = {name: _replace(value, values) for name, value in env.items()}
+        return {**replaced, **self.env, INSTRUCTION: run.instruction}
 
     def command(self, command: str, run: HarnessRun) -> str:
         """A step's command line with its placeholders replaced (opencode's has them in the
         config it writes and in its arguments): the relayed URL, the model's name (one that
-        needs no shell quoting) and the instruction as one word from :data:`INSTRUCTION`."""
+        needs no shell quoting) and the instruction as one word from :data:`INSTRUCTION`; the
+        line that sources an installer's env file (:data:`INSTALLER_ENV`) goes."""
+        command = command.replace(INSTALLER_ENV, "")
         values = {
             self.placeholders["base_url"]: self.relayed_url(run),
             self.placeholders["instruction"]: f'"${INSTRUCTION}"',
@@ -313,6 +341,16 @@ def pi_failure(output: str) -> str | None:
     return "; ".join(dict.fromkeys(messages[:3])) or None
 
 
+def aider_failure(output: str) -> str | None:
+    """The model errors aider printed (LiteLLM's exceptions, each named ``litellm.<Name>``):
+    aider reports them and still exits 0."""
+    errors = [line.strip() for line in output.splitlines() if _LITELLM_ERROR.search(line)]
+    return "; ".join(dict.fromkeys(errors[:3])) or None
+
+
+_LITELLM_ERROR = re.compile(r"\blitellm\.\w+(Error|Exception)\b")
+
+
 def _json_lines(output: str) -> list[dict[str, Any]]:
     """The lines of ``output`` that are JSON objects."""
     found = []
@@ -334,6 +372,13 @@ KINDS: dict[str, tuple[Dialect, Callable[[str], str | None]]] = {
     "qwen-code": (OPENAI, exit_code_failure),  # OpenAI chat completions
     "opencode": (OPENAI, opencode_failure),  # OpenAI chat (its openai-compatible provider)
     "pi": (OPENAI, pi_failure),  # OpenAI chat (the custom provider of its models.json)
+    "aider": (OPENAI, aider_failure),  # OpenAI chat (LiteLLM's openai/ provider)
+}
+# Settings a harness takes from its environment, beside Harbor's: aider's calls home (its update
+# check, its analytics, which it may ask to turn on and --yes would accept) stay off, as a
+# no-network container would make them fail.
+SETTINGS: dict[str, dict[str, str]] = {
+    "aider": {"AIDER_CHECK_UPDATE": "false", "AIDER_ANALYTICS_DISABLE": "true"},
 }
 
 
@@ -349,4 +394,4 @@ def from_settings(name: str, settings: Settings) -> CachedHarness:
             fill = f"harbor-openenv harnesses fill {root} {name}"
             raise HarnessError(f"the harness cache {root} holds no {needed} ({fill})")
     dialect, failure = KINDS[name]
-    return CachedHarness(BUILDS[name], dialect, failure)
+    return CachedHarness(BUILDS[name], dialect, failure, env=SETTINGS.get(name))

@@ -49,6 +49,7 @@ HARNESSES: dict[str, Callable[[Settings], Harness]] = {
     "qwen-code": _cached("qwen-code"),
     "opencode": _cached("opencode"),
     "pi": _cached("pi"),
+    "aider": _cached("aider"),
 }
 
 
