@@ -222,10 +222,10 @@ def codex_package(docker_client) -> Path:
 def harness_cache(docker_client) -> Path:
     """The harness cache (``harbor-openenv harnesses fill``) of every cached harness at its pinned
     version, glibc and musl builds for the engine's architecture, and terminus-2's portable tmux,
-    filled as `harbor-openenv harnesses fill` fills it (about 1.6 GB: claude-code 753 MB, opencode
-    362 MB, node and the Node harnesses 460 MB; one filler at a time). It is the machine's, in
-    ~/.cache/harbor-openenv/harnesses beside Harbor's venv, so a clean clone does not fetch it
-    again; a harness whose pinned version changed is filled again."""
+    filled as `harbor-openenv harnesses fill` fills it (about 2.3 GB: claude-code 753 MB, aider
+    711 MB, opencode 362 MB, node and the Node harnesses 460 MB; one filler at a time). It is
+    the machine's, in ~/.cache/harbor-openenv/harnesses beside Harbor's venv, so a clean clone
+    does not fetch it again; a harness whose pinned version changed is filled again."""
     from harbor_openenv.harness.cache import BUILDS, MANIFEST, RUNTIMES, host_platforms
 
     shared = Path.home() / ".cache" / "harbor-openenv"

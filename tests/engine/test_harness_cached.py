@@ -13,13 +13,14 @@ import shutil
 import textwrap
 
 import pytest
-from _model import Call, Read, Say, ScriptedModel
+from _model import Call, Edit, Read, Say, ScriptedModel
 from _server import ROOT, Server
 
 pytestmark = pytest.mark.docker
 
 EXAMPLES = ROOT / "examples" / "dataset" / "tasks"
-HARNESSES = ["claude-code", "gemini-cli", "qwen-code", "opencode", "pi"]
+HARNESSES = ["claude-code", "gemini-cli", "qwen-code", "opencode", "pi", "aider"]
+SHELL_HARNESSES = [name for name in HARNESSES if name != "aider"]  # aider only edits files
 NODE_HARNESSES = ["gemini-cli", "qwen-code", "pi"]  # on the cache's node: glibc's build only
 FIXES = {
     "hello-world": "printf 'Hello, world!\\n' > /app/hello.txt",
@@ -32,6 +33,14 @@ FIXES = {
 # its older glibc (2.35 to Debian bookworm's 2.36)
 DISTROS = {"hello-world-ubuntu": "FROM ubuntu:22.04\nWORKDIR /app\n"}
 TASKS = {**FIXES, **dict.fromkeys(DISTROS, FIXES["hello-world"])}
+# aider's fixes: the files' whole new text, in its edit format (it runs no command of the model's)
+SUM_UTILS = (EXAMPLES / "fix-sum-bug" / "environment" / "sum_utils.py").read_text()
+EDITS = {
+    "hello-world": Edit("hello.txt", "Hello, world!\n"),
+    "fix-sum-bug": Edit("sum_utils.py", SUM_UTILS.replace("range(1, len(", "range(len(")),
+}
+EDITS.update(dict.fromkeys(DISTROS, EDITS["hello-world"]))
+AIDER_TURNS = {"fix-sum-bug": 2}  # sum_utils.py is the task's: added to the chat first
 # Images that cannot run a build: busybox's shell and tools (a two-line `bash` that is
 # busybox's sh) with glibc's loader but no libc.so.6, with musl's C library (no Node build), or
 # with no C library at all.
@@ -99,15 +108,20 @@ def tool_outputs(model) -> str:
 @pytest.mark.parametrize("task", sorted(TASKS))
 @pytest.mark.parametrize("harness", HARNESSES)
 def test_the_harness_fixes_the_task_with_each_turns_tokens(srv, harness, task):
-    answer, model = rollout(srv, harness, task, [Call(TASKS[task]), Say("Fixed.")])
+    # aider: an answer that names a file of the task's adds it to the chat and asks again, with
+    # the file's text, before any edit is made; the model gives the same answer then
+    script = [EDITS[task]] * 2 if harness == "aider" else [Call(TASKS[task]), Say("Fixed.")]
+    answer, model = rollout(srv, harness, task, script)
     assert answer.error is None, (answer.error, answer.info.get("rollout"))
     outcome = (answer.action_type, answer.done, answer.reward)
     assert outcome == ("rollout", True, 1.0), tool_outputs(model)
     captured = answer.info["rollout"]
     assert captured["harness"] == harness and captured["status"] == "completed", captured
     turns = captured["turns"]
-    assert len(model.requests) == 2  # the script's turns; a side call (a title) is one more
-    assert len(turns) == len(model.sent) >= 2
+    # the script's turns (aider's one, or two where it names a file of the task's); a side call
+    # (a title) is one more
+    assert len(model.requests) == (AIDER_TURNS.get(task, 1) if harness == "aider" else 2)
+    assert len(turns) == len(model.sent) >= len(model.requests)
 
     def ids(items):  # a side call runs beside the first turn: compared in no order
         return sorted((t["prompt_token_ids"], t["completion_token_ids"]) for t in items)
@@ -116,7 +130,14 @@ def test_the_harness_fixes_the_task_with_each_turns_tokens(srv, harness, task):
     assert all(len(t["logprobs"]) == len(t["completion_token_ids"]) for t in turns)
 
 
-@pytest.mark.parametrize("harness", HARNESSES)
+def test_a_non_fix_by_aider_gives_zero(srv):
+    answer, model = rollout(srv, "aider", "hello-world", [Edit("other.txt", "hello\n")])
+    assert (answer.error, answer.reward) == (None, 0.0), answer
+    assert answer.info["rollout"]["status"] == "completed"
+    assert len(model.requests) == 1
+
+
+@pytest.mark.parametrize("harness", SHELL_HARNESSES)
 def test_a_non_fix_gives_zero(srv, harness):
     # no command substitution: gemini-cli's shell tool refuses $(...). The listing is read back
     # through the harness's file tool: qwen-code's shell can lose a command's output (it settles
@@ -144,7 +165,8 @@ UNFIT += [
     for harness in NODE_HARNESSES
 ]
 UNFIT += [
-    (harness, "hello-world-no-libc", "the image has no C library loader") for harness in HARNESSES
+    (harness, "hello-world-no-libc", "the image has no C library loader")
+    for harness in SHELL_HARNESSES  # aider carries its own C library
 ]
 
 

@@ -351,3 +351,29 @@ def test_a_cached_harness_finds_no_secret_and_cannot_reach_the_server(srv_cached
     # the trainer's key reaches the trainer's endpoint, the session key never does
     assert {h.get("authorization") for h in model.headers} == {f"Bearer {TRAINER_KEY}"}
     assert TRAINER_KEY not in json.dumps(answer.model_dump())
+
+
+# aider runs no command of its model's: a shell block it suggests needs an explicit yes, which
+# Harbor's --yes never gives (here the block is the task's fix: had it run, the reward would be
+# 1.0). What it does is write the files its model's answer names, as the agent's user: here the
+# reward files, by their absolute paths (root may write them; the stop before grading and the
+# verifier's fresh /logs/verifier leave nothing of them).
+AIDER_PLANT = (
+    "/logs/verifier/reward.txt\n```\n1\n```\n\n"
+    '/logs/verifier/reward.json\n```\n{"reward": 1}\n```\n\n'
+    "```bash\necho 42 > /app/answer.txt\n```\n"
+)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("task", ["grade", "grade-nobody"])
+def test_a_reward_aider_planted_does_not_count_and_no_command_of_its_model_runs(srv_cached, task):
+    with CodexModel([Say(AIDER_PLANT)]) as model:
+        answer = rollout(srv_cached, model, task, "scripted", "aider", 6, 240)
+    assert answer.info["rollout"]["status"] == "completed", answer.error
+    assert (answer.reward, answer.error) == (0.0, None), answer
+    seen = json.dumps(model.requests)
+    session_key = answer.info["rollout"]["session_id"]
+    for secret in (TOKEN, TRAINER_KEY, session_key):
+        assert secret not in seen
+    assert {h.get("authorization") for h in model.headers} == {f"Bearer {TRAINER_KEY}"}

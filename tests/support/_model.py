@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible model server on 127.0.0.1, for harness tests.
 
 It answers from a script of turns (:class:`Call`: run a shell command through the harness's own
-tool; :class:`Read`: read a file through its own file tool; :class:`Say`: a final message), one
-per model call, in two dialects:
+tool; :class:`Read`: read a file through its own file tool; :class:`Edit`: a file's whole text in
+aider's edit format, which uses no tool calls; :class:`Say`: a final message), one per model
+call, in two dialects:
 
 - ``POST /v1/chat/completions`` as vLLM answers it when the capture proxy asks for tokens
   (``return_token_ids``, ``logprobs``): ``prompt_token_ids`` at the top level, each choice's
@@ -70,7 +71,29 @@ class Say:
     text: str
 
 
-Turn = Call | Read | Say
+@dataclass(frozen=True)
+class Edit:
+    """A turn that answers the whole new text of the file at ``path`` in aider's "whole" edit
+    format (its path on a line, then the text in a fence): aider writes it."""
+
+    path: str
+    text: str
+
+    def answer(self) -> str:
+        return f"Writing {self.path}.\n\n{self.path}\n```\n{self.text}```\n"
+
+
+Turn = Call | Read | Edit | Say
+# How aider's system prompt starts (its "whole" edit format's, which a model it does not know
+# gets): its turns offer no tools, as a side call's do.
+AIDER_PROMPT = "Act as an expert software developer."
+
+
+def is_aider(messages: list[dict[str, Any]]) -> bool:
+    """Whether a request is aider's turn: its system prompt first."""
+    content = messages[0].get("content") if messages else None
+    return isinstance(content, str) and content.startswith(AIDER_PROMPT)
+
 
 # The tool each harness offers for reading a file: Claude Code, gemini-cli and qwen-code, opencode.
 READ_TOOLS = ("Read", "read_file", "read")
@@ -147,9 +170,11 @@ class ScriptedModel:
         the capture proxy's probe of the endpoint: answered (a shell call if it offers a tool),
         never taking a turn, not kept. One that offers no tool is a harness's side call (opencode
         titles its session so): answered, kept in :attr:`sent` only. terminus-2's turns (its
-        prompt a user message, no tools) take the script's turns as a system-led one does."""
+        prompt a user message, no tools) and aider's (its system prompt, no tools) take the
+        script's turns as a system-led one with tools does."""
         messages = body.get("messages")
-        if messages is not None and not is_terminus(messages, body.get("tools")):
+        aider = messages is not None and is_aider(messages)
+        if messages is not None and not aider and not is_terminus(messages, body.get("tools")):
             if messages[0].get("role") != "system":
                 return Call("ls /tmp") if _tool_names(body) else Say("ok")
             if not _tool_names(body):
@@ -168,6 +193,9 @@ class ScriptedModel:
         message: dict[str, Any] = {"role": "assistant", "content": None}
         if terminus:  # its JSON: a Call's keystrokes, or (any other turn) the task done
             message["content"] = terminus_answer(turn.command if isinstance(turn, Call) else SUBMIT)
+            finish = "stop"
+        elif isinstance(turn, Edit):
+            message["content"] = turn.answer()
             finish = "stop"
         elif isinstance(turn, Call | Read):
             name, arguments = _tool_call(body, turn)
