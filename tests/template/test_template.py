@@ -559,6 +559,7 @@ def test_rendered_readme_states_what_a_user_needs(copie):
         (["gemini-cli", "qwen-code"], 348),
         (["pi"], 248),
         (["claude-code"], 753),
+        (["aider"], 711),
     ],
 )
 def test_the_picked_cached_harnesses_get_their_fill_command(copie, picked, size):
@@ -575,7 +576,8 @@ def test_the_picked_cached_harnesses_get_their_fill_command(copie, picked, size)
         return
     block = readme.split("<!-- harbor-openenv:road:harness-cache -->\n```bash\n")[1]
     fill = block.splitlines()[0]
-    assert fill.startswith(f"uv run harbor-openenv harnesses fill harnesses {' '.join(picked)} ")
+    uv_run = "uv run --with pip" if "aider" in picked else "uv run"  # aider's fill runs pip
+    assert fill.startswith(f"{uv_run} harbor-openenv harnesses fill harnesses {' '.join(picked)} ")
     assert f"once (about {size} MB" in readme
     assert "-e HARBOR_OPENENV_HARNESS_CACHE=/opt/harnesses" in block.split("```")[0]
     assert f'# or "codex", "{picked[0]}"' in readme
