@@ -66,7 +66,7 @@ import docker.errors
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
-from _model import Call, Say, capture_proxy  # noqa: E402
+from _model import Call, Edit, Say, capture_proxy  # noqa: E402
 from _model import ScriptedModel as DialectModel  # noqa: E402
 from _scripted_model import SUBMIT, ScriptedModel  # noqa: E402
 
@@ -90,6 +90,7 @@ HAS_HARBOR = importlib.util.find_spec("harbor") is not None
 # harness run on its own as the server gives a rollout's container
 LIMITS = parse_task_config((TASKS / TASK / "task.toml").read_text()).environment
 FIX = [Call("printf 'Hello, world!\\n' > /app/hello.txt"), Say("Fixed.")]
+AIDER_FIX = [Edit("hello.txt", "Hello, world!\n")]  # aider's one turn: the file's new text
 TIMEOUT_S = 240.0
 
 
@@ -221,7 +222,8 @@ def cached_direct(
     """A harness of the cache on its own: its install probe's seconds (the probe's exec less an
     empty one: a rollout runs it in its first command's shell) and Harbor's commands'."""
     dialect, failure = cached.KINDS[name]
-    harness = cached.CachedHarness(BUILDS[name], dialect, failure, port=urlsplit(url).port or 80)
+    port, settings = urlsplit(url).port or 80, cached.SETTINGS.get(name)
+    harness = cached.CachedHarness(BUILDS[name], dialect, failure, port=port, env=settings)
     key = harness.placeholders["api_key"]
     with Plain(client, {cache: cached.MOUNTED}) as container:
         run = harness_run(container, url)
@@ -361,7 +363,8 @@ def inside(
     rows: dict[str, list[float]] = {"direct": [], "rollout": [], "install": []}
     dialect = cached.KINDS[name][0] if name in cached.KINDS else cached.OPENAI
     with contextlib.ExitStack() as stack:
-        model = stack.enter_context(DialectModel(FIX * (2 * args.reps + 2)))
+        fix = AIDER_FIX if name == "aider" else FIX
+        model = stack.enter_context(DialectModel(fix * (2 * args.reps + 2)))
         if dialect is cached.OPENAI:
             url = model.base_url
         else:  # the proxy speaks the harness's dialect to it
