@@ -68,7 +68,7 @@ def copy(template: Path, out: Path, *data: str, cwd: Path, **env: str):
         ("runtime_pin=harbor-openenv==9.9.9", "no harbor-openenv release matches it"),
         ("runtime_pin=harbor-openenv>=3", "runtime_pin harbor-openenv>=3: no harbor-openenv"),
         ("cached_harnesses=[opencode, nope]", "-d cached_harnesses=[opencode, nope] is refused:"
-         " 'nope' is not in ['claude-code', 'gemini-cli', 'opencode', 'pi', 'qwen-code']"),
+         " 'nope' is not in ['aider', 'claude-code', 'gemini-cli', 'opencode', 'pi', 'qwen-code']"),
         ("harnes_rollouts=true", "-d harnes_rollouts=true: harnes_rollouts is not a question of"
          " this template (did you mean harness_rollouts?)"),
         ("runtime_version=9.9", "-d runtime_version=9.9: runtime_version is computed by the"
