@@ -47,12 +47,16 @@ ops = st.one_of(
 
 
 def script(op: tuple) -> str:
-    """One operation as a shell line; one that cannot apply (its parent is a file) fails alone."""
+    """One operation as a shell line; one that cannot apply (its parent is a file, a write into a
+    fifo) fails alone."""
     kind, path, *rest = op
     quoted = shlex.quote(path)
     parent = f"mkdir -p -- {shlex.quote(str(Path(path).parent))}"
     lines = {
-        "write": lambda: f"{parent} && printf %s {shlex.quote(rest[0].hex())} > {quoted}",
+        # not into a fifo (itself or a link's target): a write there waits for a reader forever
+        "write": lambda: (
+            f"{parent} && [ ! -p {quoted} ] && printf %s {shlex.quote(rest[0].hex())} > {quoted}"
+        ),
         "mkdir": lambda: f"mkdir -p -- {quoted}",
         "rm": lambda: f"rm -rf -- {quoted}",
         "chmod": lambda: f"chmod {rest[0]} -- {quoted}",
